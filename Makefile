@@ -1,0 +1,35 @@
+# caslake: two commands to start -- `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint typecheck unit bench stress clean install
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv with caslake and its dev tools
+
+demo: $(STAMP) ## the main job on a local-filesystem table (no services)
+	$(PY) -m caslake.demo
+
+lint: $(STAMP) ## ruff
+	$(VENV)/bin/ruff check caslake tests benchmarks
+
+typecheck: $(STAMP) ## mypy --strict on the package
+	$(VENV)/bin/mypy
+
+unit: $(STAMP) ## every test (starts its own moto S3 server)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test: lint typecheck unit ## lint, type checks and every test
+
+bench: $(STAMP) ## benchmarks against peers, same data, same run
+	$(PY) -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks against peers, on the same data in one run (`make bench`)."""

@@ -1,0 +1,17 @@
+"""`make bench`: every benchmark suite, each printing a table of ratios against peers."""
+
+from __future__ import annotations
+
+import sys
+
+from benchmarks import core
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    core.main(quick=quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The one error tree of caslake.
+
+Every error the library raises on purpose is a :class:`CaslakeError`.  The
+subclasses are grouped by what the caller should do about them:
+
+* :class:`UserInputError` -- fix the call (schema, predicate, argument).
+* :class:`TableNotFound` / :class:`TableAlreadyExists` -- the table is not in
+  the state the call assumed.
+* :class:`CommitConflict` -- another writer won; re-run the operation.
+* :class:`CommitOutcomeUnknown` -- the outcome could not be settled; read the
+  table before retrying.
+* :class:`CorruptMetadata` -- something on storage is damaged; run
+  ``caslake verify``; do not retry blindly.
+* :class:`StoreError` and its subclasses -- the object store said no, or could
+  not be reached.
+
+Lower-layer exceptions (obstore, botocore, OSError, json) are mapped to these
+in exactly one place per layer; they never escape the public API.
+"""
+
+from __future__ import annotations
+
+
+class CaslakeError(Exception):
+    """Root of every error raised by caslake."""
+
+
+# --- user input -------------------------------------------------------------
+
+
+class UserInputError(CaslakeError):
+    """The call itself is wrong; fix the arguments and call again."""
+
+
+class InvalidArgument(UserInputError):
+    """An argument has a value caslake cannot use."""
+
+
+class SchemaMismatch(UserInputError):
+    """Data does not match the table schema."""
+
+    def __init__(self, message: str, *, column: str | None = None,
+                 expected: str | None = None, actual: str | None = None) -> None:
+        super().__init__(message)
+        self.column = column
+        self.expected = expected
+        self.actual = actual
+
+
+class InvalidPredicate(UserInputError):
+    """A ``where`` predicate is malformed or cannot be applied."""
+
+
+class UnknownColumn(InvalidPredicate):
+    """A predicate or projection names a column the table does not have."""
+
+    def __init__(self, column: str, available: list[str]) -> None:
+        super().__init__(
+            f"unknown column {column!r}; the table has: {', '.join(available) or '(none)'}"
+        )
+        self.column = column
+        self.available = available
+
+
+# --- table state ------------------------------------------------------------
+
+
+class TableNotFound(CaslakeError):
+    """No table exists at the URI."""
+
+
+class TableAlreadyExists(CaslakeError):
+    """A table already exists at the URI."""
+
+
+class VersionNotFound(UserInputError):
+    """The requested version or timestamp is not in the table's history."""
+
+
+# --- commit -----------------------------------------------------------------
+
+
+class CommitConflict(CaslakeError):
+    """The commit could not be applied because other writers moved the table.
+
+    ``help`` tells the caller what to do next.
+    """
+
+    def __init__(self, message: str, *, attempts: int = 0,
+                 help: str = "re-run the operation against the new table version") -> None:
+        super().__init__(f"{message} (help: {help})")
+        self.attempts = attempts
+        self.help = help
+
+
+class CommitOutcomeUnknown(CaslakeError):
+    """The pointer write may or may not have applied and it could not be read back.
+
+    Nothing written by the commit has been deleted.  Open the table and look
+    for ``commit_id`` in its history before retrying.
+    """
+
+    def __init__(self, message: str, *, commit_id: str) -> None:
+        super().__init__(f"{message} (commit id {commit_id})")
+        self.commit_id = commit_id
+
+
+# --- corrupt state ----------------------------------------------------------
+
+
+class CorruptMetadata(CaslakeError):
+    """An object on storage is not what the format says it must be."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"corrupt metadata in {key!r}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class UnsupportedFormatVersion(CorruptMetadata):
+    """An object was written by a newer format than this reader knows."""
+
+
+# --- store ------------------------------------------------------------------
+
+
+class StoreError(CaslakeError):
+    """The object store refused or failed a request."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class NotFound(StoreError):
+    """The object does not exist."""
+
+
+class AlreadyExists(StoreError):
+    """A create-only put found the object already there (HTTP 412 on If-None-Match)."""
+
+
+class PreconditionFailed(StoreError):
+    """An If-Match precondition did not hold: the object changed (HTTP 412/409)."""
+
+
+class TransientStoreError(StoreError):
+    """A retryable failure: throttling (503 SlowDown), a reset, a timeout."""
+
+
+class StoreConfigError(StoreError):
+    """The store URI or its options are unusable (bad URI, credentials, bucket)."""

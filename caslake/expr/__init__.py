@@ -1,0 +1,99 @@
+"""Row predicates for caslake scans: build, parse, bind, evaluate, prune.
+
+This package owns everything a ``where`` argument goes through and nothing
+else -- it never reads files, storage or table metadata:
+
+1. build an unbound :class:`Expr` with the Python API (``col("id") > 5``,
+   ``&``, ``|``, ``~``) or :func:`parse_sql` a SQL string;
+2. :func:`bind` it to a ``pyarrow.Schema`` (unknown columns and type errors
+   are raised here) to get a :class:`BoundExpr`;
+3. filter rows exactly with :func:`to_arrow` (a ``pyarrow.compute.Expression``
+   with SQL NULL semantics) and skip files / row groups with
+   :func:`might_match` over :class:`ColumnStats`.
+
+:func:`compile_where` does 1-2 for whatever a caller passed as ``where``.
+Every bad predicate raises :class:`~caslake.errors.InvalidPredicate` (or its
+subclass :class:`~caslake.errors.UnknownColumn`) and nothing else.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from caslake.errors import InvalidPredicate
+from caslake.expr.arrow import to_arrow
+from caslake.expr.bind import BoundExpr, bind
+from caslake.expr.nodes import (
+    FALSE,
+    TRUE,
+    And,
+    Between,
+    Column,
+    Compare,
+    Const,
+    Expr,
+    In,
+    IsNull,
+    Literal,
+    Not,
+    Or,
+    col,
+    lit,
+    referenced_columns,
+)
+from caslake.expr.prune import ColumnStats, might_match
+from caslake.expr.sql import parse_sql
+
+__all__ = [
+    "FALSE",
+    "TRUE",
+    "And",
+    "Between",
+    "BoundExpr",
+    "Column",
+    "ColumnStats",
+    "Compare",
+    "Const",
+    "Expr",
+    "In",
+    "IsNull",
+    "Literal",
+    "Not",
+    "Or",
+    "bind",
+    "col",
+    "compile_where",
+    "lit",
+    "might_match",
+    "parse_sql",
+    "referenced_columns",
+    "to_arrow",
+]
+
+
+def compile_where(where: str | Expr | BoundExpr | None, schema: pa.Schema) -> BoundExpr | None:
+    """Parse (if SQL text) and bind a ``where`` argument; ``None`` stays ``None``.
+
+    A :class:`BoundExpr` is re-bound from its source when its schema differs.
+    Anything else -- including a Python ``bool``, which is what comparing two
+    columns or ``and``/``or`` between predicates produces -- raises
+    :class:`~caslake.errors.InvalidPredicate`.
+    """
+    if where is None:
+        return None
+    if isinstance(where, BoundExpr):
+        if where.schema.equals(schema) if isinstance(schema, pa.Schema) else False:
+            return where
+        return bind(where.source, schema)
+    if isinstance(where, str):
+        return bind(parse_sql(where), schema)
+    if isinstance(where, Expr):
+        return bind(where, schema)
+    hint = ""
+    if isinstance(where, bool):
+        hint = (" (did you compare two columns, or use 'and'/'or' instead of "
+                "'&'/'|' between predicates?)")
+    raise InvalidPredicate(
+        f"where must be a SQL string, a caslake.expr expression or None; "
+        f"got {type(where).__name__}{hint}"
+    )

@@ -1,0 +1,521 @@
+"""Binding: check an unbound predicate against a table schema and normalise it.
+
+This module owns the meaning of a literal next to a column: which literals a
+column type accepts, how they are converted, and how a literal the column
+type cannot hold exactly (``id < 1.5`` on an integer column) is rewritten into
+an *exactly* equivalent predicate.  It never reads data or statistics and
+never raises anything but :class:`~caslake.errors.InvalidPredicate` (or its
+subclass :class:`~caslake.errors.UnknownColumn`) for a bad predicate.
+
+Representation
+--------------
+:func:`bind` returns a :class:`BoundExpr`: the schema it was bound against, the
+original unbound tree (``source``) and ``expr``, a tree of the *same node
+classes* as :mod:`caslake.expr.nodes`, restricted and normalised so that
+evaluators (:mod:`~caslake.expr.arrow`, :mod:`~caslake.expr.prune`) have few
+cases and no type questions left.  It has exactly the SQL value (TRUE, FALSE
+or NULL, row by row) of the source predicate, and:
+
+* uses only :class:`Compare`, :class:`In`, :class:`IsNull`, :class:`Not`,
+  :class:`And`, :class:`Or` and :class:`Const` -- ``BETWEEN`` becomes
+  ``>= AND <=``;
+* is in negation normal form: ``Not`` wraps only a leaf -- ``Not(IsNull)`` (IS
+  NOT NULL), ``Not(In)`` (NOT IN), or ``Not(Compare)`` with an ordering operator
+  on a *float* column (where ``NOT x < 5`` is not ``x >= 5``: it also holds for
+  NaN).  Every other negated comparison is flipped (``NOT x < 5`` -> ``x >=
+  5``), and De Morgan pushes NOT through AND/OR;
+* every literal is a Python value *exactly representable* in its column's
+  type -- ``int`` for integer columns, ``float`` for float columns, ``bool``,
+  ``str``, ``datetime.date`` for date32, and ``datetime.datetime`` for
+  timestamps (tz-aware in UTC when the column has a time zone, naive
+  otherwise) -- never NULL and never NaN;
+* ``In`` has at least two distinct values;
+* a predicate that cannot be true or false except through NULLs becomes
+  ``Const(value, unless_null=column)`` (``id = 1.5`` on an integer column is
+  FALSE, or NULL where ``id`` is NULL), and constants are folded: a bare
+  :data:`TRUE`/:data:`FALSE` appears only as the whole tree;
+* long AND/OR chains are rebuilt as balanced trees, so depth is logarithmic.
+
+Literal rules
+-------------
+* Integer columns take integers and floats; floats take integers and floats.
+  Comparisons are exact in mathematical value: ``id < 1.5`` is ``id <= 1``,
+  ``id = 1.5`` never holds, ``f = 9007199254740993`` on a float64 column never
+  holds.  Booleans and strings are not numbers.
+* NaN literals follow IEEE rules: ``x op NaN`` is FALSE except ``!=`` (TRUE),
+  NULL where ``x`` is NULL.  NaN column values behave the same way; NaN is not
+  NULL.
+* bool columns take TRUE/FALSE; string columns take strings.
+* date32 columns take dates, ISO ``'YYYY-MM-DD'`` strings and timestamps (a
+  timestamp is compared with the date's midnight).
+* timestamp columns (any unit) take timestamps, dates (midnight) and ISO
+  timestamp strings.  On a column with a time zone a naive literal is taken as
+  UTC; on a naive column an aware literal is converted to UTC and its zone
+  dropped.  Tz-aware literals compared with date columns are converted the
+  same way.
+* binary and every other type support IS NULL / IS NOT NULL only.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from fractions import Fraction
+from typing import Any, Final, cast
+
+import pyarrow as pa
+
+from caslake.errors import InvalidArgument, InvalidPredicate, UnknownColumn
+from caslake.expr._iso import parse_date, parse_timestamp
+from caslake.expr.nodes import (
+    FALSE,
+    TRUE,
+    And,
+    Between,
+    Column,
+    Compare,
+    Const,
+    Expr,
+    In,
+    IsNull,
+    Literal,
+    LiteralValue,
+    Not,
+    Or,
+    describe_value,
+    iter_chain,
+    referenced_columns,
+    to_sql,
+)
+
+__all__ = ["BoundExpr", "bind", "is_float_type"]
+
+_NEGATE_OP: Final[dict[str, str]] = {
+    "=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<",
+}
+_ORDERING_OPS: Final = frozenset({"<", "<=", ">", ">="})
+_F32_MAX: Final = struct.unpack("<f", struct.pack("<I", 0x7F7FFFFF))[0]
+_NAIVE_EPOCH: Final = datetime(1970, 1, 1)
+_UTC_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MICROSECOND: Final = timedelta(microseconds=1)
+_TICKS_PER_SECOND: Final = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+
+
+@dataclass(frozen=True, eq=False)
+class BoundExpr:
+    """A predicate checked against ``schema``.
+
+    ``expr`` is the normalised tree described in the module docstring,
+    ``schema`` the full schema it was bound against and ``source`` the unbound
+    predicate it came from (kept so it can be re-bound to another schema).
+    """
+
+    expr: Expr
+    schema: pa.Schema
+    source: Expr
+
+    @property
+    def columns(self) -> frozenset[str]:
+        """Names of the columns the bound predicate reads."""
+        return frozenset(referenced_columns(self.expr))
+
+    @property
+    def always_true(self) -> bool:
+        """True when the predicate keeps every row (it folded to TRUE)."""
+        return self.expr == TRUE
+
+    @property
+    def always_false(self) -> bool:
+        """True when the predicate keeps no row (it folded to FALSE)."""
+        return self.expr == FALSE
+
+    def field(self, name: str) -> pa.Field[Any]:
+        """The schema field of column ``name``."""
+        return self.schema.field(name)
+
+    def __str__(self) -> str:
+        return to_sql(self.expr)
+
+    def __repr__(self) -> str:
+        return f"BoundExpr({to_sql(self.expr)!r})"
+
+
+def is_float_type(arrow_type: pa.DataType) -> bool:
+    """True for the float types a predicate may compare (float32, float64)."""
+    return bool(pa.types.is_float32(arrow_type) or pa.types.is_float64(arrow_type))
+
+
+# --- literal coercion -------------------------------------------------------
+#
+# Each _place_* function places a literal on its column type's ordered domain:
+#   _Exact(v)  -- the domain holds the literal exactly, as Python value v;
+#   _Gap(lo)   -- it falls strictly between lo (the largest domain value below
+#                 it) and the next domain value;
+#   _BELOW / _ABOVE -- it is below / above every domain value;
+#   _NAN       -- a float NaN, unordered.
+
+
+@dataclass(frozen=True)
+class _Exact:
+    value: LiteralValue
+
+
+@dataclass(frozen=True)
+class _Gap:
+    lo: LiteralValue
+
+
+class _Outside:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+_BELOW: Final = _Outside("below")
+_ABOVE: Final = _Outside("above")
+_NAN: Final = _Outside("nan")
+
+_Placement = _Exact | _Gap | _Outside
+
+
+class _Mismatch(Exception):
+    """Internal: the literal's type does not fit the column; carries a hint."""
+
+    def __init__(self, hint: str = "") -> None:
+        super().__init__(hint)
+        self.hint = hint
+
+
+def _int_bounds(arrow_type: pa.DataType) -> tuple[int, int]:
+    bits = int(arrow_type.bit_width)
+    if pa.types.is_signed_integer(arrow_type):
+        return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return 0, 2**bits - 1
+
+
+def _place_int(value: LiteralValue, arrow_type: pa.DataType) -> _Placement:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Mismatch("integer columns compare with numbers")
+    low, high = _int_bounds(arrow_type)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return _NAN
+        if math.isinf(value):
+            return _ABOVE if value > 0 else _BELOW
+        if not value.is_integer():
+            floor = math.floor(value)
+            if floor < low:
+                return _BELOW
+            if floor >= high:
+                return _ABOVE
+            return _Gap(floor)
+        value = int(value)
+    if value < low:
+        return _BELOW
+    if value > high:
+        return _ABOVE
+    return _Exact(value)
+
+
+def _f32(value: float) -> float:
+    result: float = struct.unpack("<f", struct.pack("<f", value))[0]
+    return result
+
+
+def _f32_below(value: float) -> float:
+    """The largest float32 strictly below the finite float32 ``value``."""
+    if value == 0.0:
+        return -_f32(1e-45)  # the smallest subnormal, negated
+    (bits,) = struct.unpack("<I", struct.pack("<f", value))
+    bits = bits - 1 if value > 0 else bits + 1
+    result: float = struct.unpack("<f", struct.pack("<I", bits))[0]
+    return result
+
+
+def _place_float(value: LiteralValue, arrow_type: pa.DataType) -> _Placement:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Mismatch("float columns compare with numbers")
+    if isinstance(value, float):
+        if math.isnan(value):
+            return _NAN
+        if math.isinf(value):
+            return _Exact(value)
+    exact = Fraction(value)
+    single = pa.types.is_float32(arrow_type)
+    top = _F32_MAX if single else sys.float_info.max
+    try:
+        nearest = float(exact)
+        if single:
+            if abs(nearest) > _F32_MAX:
+                raise OverflowError
+            nearest = _f32(nearest)
+    except OverflowError:
+        return _Gap(top) if exact > 0 else _Gap(-math.inf)
+    if Fraction(nearest) == exact:
+        return _Exact(nearest)
+    if Fraction(nearest) < exact:
+        return _Gap(nearest)
+    below = _f32_below(nearest) if single else math.nextafter(nearest, -math.inf)
+    return _Gap(below)
+
+
+def _as_utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31 23:00-05:00 is in year 10000 in UTC
+        raise _Mismatch("in UTC the timestamp falls outside years 1-9999") from None
+
+
+def _as_naive_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        return value
+    return _as_utc(value).replace(tzinfo=None)
+
+
+def _place_date(value: LiteralValue, arrow_type: pa.DataType) -> _Placement:
+    if isinstance(value, str):
+        parsed: date | datetime | None = parse_date(value) or parse_timestamp(value)
+        if parsed is None:
+            raise _Mismatch("expected an ISO date 'YYYY-MM-DD'")
+        value = parsed
+    if isinstance(value, datetime):
+        naive = _as_naive_utc(value)
+        if naive.time() == time(0):
+            return _Exact(naive.date())
+        return _Gap(naive.date())
+    if isinstance(value, date):
+        return _Exact(value)
+    raise _Mismatch("date columns compare with dates, timestamps or ISO date strings")
+
+
+def _place_timestamp(value: LiteralValue, arrow_type: pa.DataType) -> _Placement:
+    if isinstance(value, str):
+        parsed = parse_timestamp(value)
+        if parsed is None:
+            raise _Mismatch("expected an ISO timestamp 'YYYY-MM-DD HH:MM:SS[.ffffff][+HH:MM]'")
+        value = parsed
+    if isinstance(value, date) and not isinstance(value, datetime):
+        value = datetime.combine(value, time(0))
+    if not isinstance(value, datetime):
+        raise _Mismatch("timestamp columns compare with timestamps, dates or ISO strings")
+    ts_type = cast(pa.TimestampType, arrow_type)
+    if ts_type.tz is not None:
+        instant = value.replace(tzinfo=UTC) if value.tzinfo is None else _as_utc(value)
+        epoch = _UTC_EPOCH
+    else:
+        instant = _as_naive_utc(value)
+        epoch = _NAIVE_EPOCH
+    micros = (instant - epoch) // _ONE_MICROSECOND
+    per_second = _TICKS_PER_SECOND[ts_type.unit]
+    if per_second >= 1_000_000:
+        ticks = micros * (per_second // 1_000_000)
+        if ticks > _INT64_MAX:
+            return _ABOVE
+        if ticks < _INT64_MIN:
+            return _BELOW
+        return _Exact(instant)
+    micros_per_tick = 1_000_000 // per_second
+    whole, rest = divmod(micros, micros_per_tick)
+    if rest == 0:
+        return _Exact(instant)
+    return _Gap(epoch + timedelta(microseconds=whole * micros_per_tick))
+
+
+def _place_bool(value: LiteralValue, arrow_type: pa.DataType) -> _Placement:
+    if not isinstance(value, bool):
+        raise _Mismatch("boolean columns compare with TRUE or FALSE")
+    return _Exact(value)
+
+
+def _place_string(value: LiteralValue, arrow_type: pa.DataType) -> _Placement:
+    if not isinstance(value, str):
+        raise _Mismatch("string columns compare with strings")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Mismatch("the string is not valid Unicode (it has a lone surrogate)") from None
+    return _Exact(value)
+
+
+_Placer = Callable[[LiteralValue, pa.DataType], _Placement]
+
+
+def _placer(arrow_type: pa.DataType) -> _Placer | None:
+    types = pa.types
+    if types.is_integer(arrow_type):
+        return _place_int
+    if is_float_type(arrow_type):
+        return _place_float
+    if types.is_boolean(arrow_type):
+        return _place_bool
+    if types.is_string(arrow_type) or types.is_large_string(arrow_type):
+        return _place_string
+    if types.is_date32(arrow_type):
+        return _place_date
+    if types.is_timestamp(arrow_type):
+        return _place_timestamp
+    return None
+
+
+# --- the binder --------------------------------------------------------------
+
+
+def _balanced(kind: type[And] | type[Or], items: Sequence[Expr]) -> Expr:
+    if len(items) == 1:
+        return items[0]
+    middle = len(items) // 2
+    return kind(_balanced(kind, items[:middle]), _balanced(kind, items[middle:]))
+
+
+class _Binder:
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+
+    def field(self, column: Column) -> pa.Field[Any]:
+        name = column.name
+        count = self.schema.names.count(name)
+        if count == 0:
+            raise UnknownColumn(name, list(self.schema.names))
+        if count > 1:
+            raise InvalidPredicate(
+                f"column {name!r} is ambiguous: the schema has {count} columns with that name"
+            )
+        return self.schema.field(name)
+
+    def placement(self, column: Column, arrow_type: pa.DataType, literal: Literal,
+                  what: str) -> _Placement:
+        placer = _placer(arrow_type)
+        if placer is None:
+            raise InvalidPredicate(
+                f"column {column.name!r} of type {arrow_type} supports only IS NULL and "
+                f"IS NOT NULL, not {what}"
+            )
+        try:
+            return placer(literal.value, arrow_type)
+        except _Mismatch as exc:
+            hint = f": {exc.hint}" if exc.hint else ""
+            raise InvalidPredicate(
+                f"cannot compare column {column.name!r} of type {arrow_type} with "
+                f"{describe_value(literal.value)}{hint}"
+            ) from None
+
+    def bind(self, expr: Expr, negate: bool) -> Expr:
+        while isinstance(expr, Not):  # a loop, so ~~~...~x needs no stack
+            expr, negate = expr.expr, not negate
+        if isinstance(expr, (And, Or)):
+            return self.bind_chain(expr, negate)
+        if isinstance(expr, Const):
+            if expr.unless_null is not None:
+                self.field(expr.unless_null)
+            return Const(expr.value != negate, expr.unless_null)
+        if isinstance(expr, Compare):
+            return self.bind_compare(expr.op, expr.left, expr.right, negate)
+        if isinstance(expr, Between):
+            both = And(Compare(">=", expr.column, expr.low), Compare("<=", expr.column, expr.high))
+            return self.bind(both, negate)
+        if isinstance(expr, In):
+            return self.bind_in(expr, negate)
+        if isinstance(expr, IsNull):
+            self.field(expr.column)
+            return Not(IsNull(expr.column)) if negate else IsNull(expr.column)
+        raise InvalidPredicate(f"not a predicate node: {type(expr).__name__}")
+
+    def bind_chain(self, expr: And | Or, negate: bool) -> Expr:
+        # NOT (a AND b) = NOT a OR NOT b, and dually; holds in Kleene logic.
+        source_kind = type(expr)
+        kind: type[And] | type[Or] = source_kind
+        if negate:
+            kind = Or if source_kind is And else And
+        absorbing = FALSE if kind is And else TRUE
+        neutral = TRUE if kind is And else FALSE
+        items: list[Expr] = []
+        for operand in iter_chain(expr, source_kind):
+            bound = self.bind(operand, negate)
+            if bound == absorbing:
+                return absorbing
+            if bound == neutral:
+                continue
+            items.extend(iter_chain(bound, kind))
+        if not items:
+            return neutral
+        return _balanced(kind, items)
+
+    def compare_leaf(self, op: str, column: Column, value: LiteralValue,
+                     float_column: bool, negate: bool) -> Expr:
+        if negate:
+            if float_column and op in _ORDERING_OPS:
+                return Not(Compare(op, column, Literal(value)))
+            op = _NEGATE_OP[op]
+        return Compare(op, column, Literal(value))
+
+    def bind_compare(self, op: str, column: Column, literal: Literal, negate: bool) -> Expr:
+        arrow_type = self.field(column).type
+        place = self.placement(column, arrow_type, literal, f"{op} {describe_value(literal.value)}")
+        float_column = is_float_type(arrow_type)
+        if isinstance(place, _Exact):
+            return self.compare_leaf(op, column, place.value, float_column, negate)
+        if place is _NAN:
+            # IEEE: only != holds for NaN; NULL rows stay NULL.
+            return Const((op == "!=") != negate, column)
+        if place is _BELOW or place is _ABOVE:
+            # Every non-null value is above (or below) the literal.
+            holds = op == "!=" or (
+                op in (">", ">=") if place is _BELOW else op in ("<", "<=")
+            )
+            return Const(holds != negate, column)
+        assert isinstance(place, _Gap)
+        # No domain value lies strictly between lo and the literal.
+        if op == "=":
+            return Const(negate, column)
+        if op == "!=":
+            return Const(not negate, column)
+        gap_op = "<=" if op in ("<", "<=") else ">"
+        return self.compare_leaf(gap_op, column, place.lo, float_column, negate)
+
+    def bind_in(self, expr: In, negate: bool) -> Expr:
+        column = expr.column
+        if not expr.values:
+            return Const(negate)  # x IN () matches nothing, NULL or not
+        arrow_type = self.field(column).type
+        kept: list[LiteralValue] = []
+        seen: set[Literal] = set()
+        for literal in expr.values:
+            place = self.placement(column, arrow_type, literal, "IN")
+            if not isinstance(place, _Exact):
+                continue  # x = v cannot hold for this v
+            key = Literal(place.value)  # 0.0 and -0.0 are one key
+            if key in seen:
+                continue
+            seen.add(key)
+            kept.append(place.value)
+        if not kept:
+            return Const(negate, column)
+        if len(kept) == 1:
+            return self.compare_leaf("=", column, kept[0], is_float_type(arrow_type), negate)
+        in_expr = In(column, tuple(Literal(v) for v in kept))
+        return Not(in_expr) if negate else in_expr
+
+
+def bind(expr: Expr, schema: pa.Schema) -> BoundExpr:
+    """Check ``expr`` against ``schema`` and normalise it (see the module docstring).
+
+    Raises :class:`~caslake.errors.UnknownColumn` for a column the schema does
+    not have and :class:`~caslake.errors.InvalidPredicate` for a literal the
+    column cannot be compared with or an operation its type does not support.
+    """
+    if not isinstance(schema, pa.Schema):
+        raise InvalidArgument(f"bind needs a pyarrow.Schema, got {type(schema).__name__}")
+    if not isinstance(expr, Expr):
+        raise InvalidPredicate(
+            f"a predicate must be a caslake.expr expression, got {type(expr).__name__}"
+        )
+    try:
+        bound = _Binder(schema).bind(expr, False)
+    except RecursionError:
+        raise InvalidPredicate("the predicate is nested too deeply to evaluate") from None
+    return BoundExpr(bound, schema, expr)

@@ -1,0 +1,65 @@
+"""The key layout of a table, relative to the table root.
+
+    _latest_manifest                       the only mutable object (CAS pointer)
+    manifest/v<20-digit version>-<token>.json   immutable manifests
+    data/<yyyy>/<mm>/<dd>/<uuid>.parquet   immutable Parquet data files
+    tombstone/<uuid>.del                   immutable tombstones (deletes)
+
+Keys stored inside metadata are always relative to the table root and must
+pass :func:`check_relative_key`, so a manifest can never point outside its
+table (no ``..``, no absolute paths, no other buckets or schemes).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+
+POINTER_KEY = "_latest_manifest"
+MANIFEST_PREFIX = "manifest/"
+DATA_PREFIX = "data/"
+TOMBSTONE_PREFIX = "tombstone/"
+
+_MANIFEST_RE = re.compile(r"^manifest/v(\d{20})-([0-9a-f]{32})\.json$")
+_SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9._=-]+$")
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex
+
+
+def manifest_key(version: int, token: str) -> str:
+    """Each commit attempt gets a fresh token, so a crashed or losing writer's
+    manifest never collides with the next attempt at the same version."""
+    return f"{MANIFEST_PREFIX}v{version:020d}-{token}.json"
+
+
+def parse_manifest_key(key: str) -> tuple[int, str] | None:
+    m = _MANIFEST_RE.match(key)
+    if m is None:
+        return None
+    return int(m.group(1)), m.group(2)
+
+
+def data_file_key(now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
+    return f"{DATA_PREFIX}{now:%Y/%m/%d}/{uuid.uuid4().hex}.parquet"
+
+
+def tombstone_key() -> str:
+    return f"{TOMBSTONE_PREFIX}{uuid.uuid4().hex}.del"
+
+
+def check_relative_key(key: object, *, prefix: str) -> str | None:
+    """Return a reason the key is unsafe, or None if it is a well-formed table key."""
+    if not isinstance(key, str) or not key:
+        return "key must be a non-empty string"
+    if not key.startswith(prefix):
+        return f"key {key!r} must start with {prefix!r}"
+    if "://" in key or key.startswith("/") or "\\" in key:
+        return f"key {key!r} is not relative to the table root"
+    for part in key.split("/"):
+        if part in ("", ".", "..") or not _SAFE_SEGMENT.match(part):
+            return f"key {key!r} has an illegal path segment {part!r}"
+    return None

@@ -1,0 +1,354 @@
+"""Pointer and manifest: frozen models, their JSON form, and their one parser each.
+
+A manifest describes one whole table version.  To keep commits O(1) in the
+size of the table, the live data-file list is split between:
+
+* ``files``: entries held inline in this manifest, and
+* ``segments``: references to *earlier manifests*, whose inline ``files`` are
+  part of this version too (an earlier manifest is immutable, so it works as an
+  immutable segment), minus the paths listed in ``removed``.
+
+See docs/format.md for every field and docs/protocol.md for how commits
+choose between carrying entries inline and referencing them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, TypeVar
+
+from caslake.errors import CorruptMetadata, UnsupportedFormatVersion
+from caslake.format import FORMAT_VERSION
+from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, check_relative_key
+from caslake.format.schema import Field, TableSchema, type_from_str
+
+POINTER_FORMAT = "caslake.pointer"
+MANIFEST_FORMAT = "caslake.manifest"
+
+T = TypeVar("T")
+
+
+# --- models -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataFile:
+    path: str
+    size: int
+    etag: str
+    row_count: int
+    row_group_count: int
+    footer_size: int  # bytes of footer + 8 (length and magic) at the end of the file
+    stats: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # field id -> stats
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "etag": self.etag,
+                "row_count": self.row_count, "row_group_count": self.row_group_count,
+                "footer_size": self.footer_size,
+                "stats": {str(k): dict(v) for k, v in sorted(self.stats.items())}}
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """The inline ``files`` of the earlier manifest ``manifest`` belong to this version."""
+
+    manifest: str
+    version: int
+    file_count: int
+    row_count: int
+    byte_count: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"manifest": self.manifest, "version": self.version, "files": self.file_count,
+                "rows": self.row_count, "bytes": self.byte_count}
+
+
+@dataclass(frozen=True)
+class AncestorRef:
+    """A skip pointer: the manifest of an earlier version, for O(log n) time travel."""
+
+    version: int
+    manifest: str
+    created_at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "manifest": self.manifest,
+                "created_at": format_ts(self.created_at_ms)}
+
+
+@dataclass(frozen=True)
+class Totals:
+    files: int
+    rows: int
+    bytes: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"files": self.files, "rows": self.rows, "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    table_id: str
+    version: int
+    parent: str | None
+    commit_id: str
+    created_at_ms: int
+    operation: str
+    schema: TableSchema
+    files: tuple[DataFile, ...] = ()
+    segments: tuple[SegmentRef, ...] = ()
+    removed: frozenset[str] = frozenset()
+    ancestors: tuple[AncestorRef, ...] = ()
+    operation_params: Mapping[str, str] = field(default_factory=dict)
+    summary: Mapping[str, int] = field(default_factory=dict)
+    properties: Mapping[str, str] = field(default_factory=dict)
+    txns: Mapping[str, int] = field(default_factory=dict)
+    totals: Totals = Totals(0, 0, 0)
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": MANIFEST_FORMAT,
+            "format_version": self.format_version,
+            "table_id": self.table_id,
+            "version": self.version,
+            "parent": self.parent,
+            "commit_id": self.commit_id,
+            "created_at": format_ts(self.created_at_ms),
+            "operation": self.operation,
+            "operation_params": dict(self.operation_params),
+            "summary": dict(self.summary),
+            "schema": self.schema.to_json(),
+            "properties": dict(self.properties),
+            "txns": dict(self.txns),
+            "totals": self.totals.to_json(),
+            "ancestors": [a.to_json() for a in self.ancestors],
+            "segments": [s.to_json() for s in self.segments],
+            "removed": sorted(self.removed),
+            "files": [f.to_json() for f in self.files],
+        }
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json(), separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class Pointer:
+    table_id: str
+    version: int
+    manifest: str
+    commit_id: str
+    format_version: int = FORMAT_VERSION
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({
+            "format": POINTER_FORMAT, "format_version": self.format_version,
+            "table_id": self.table_id, "version": self.version,
+            "manifest": self.manifest, "commit_id": self.commit_id,
+        }, separators=(",", ":")).encode()
+
+
+def format_ts(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def parse_ts(text: str) -> int:
+    d = datetime.fromisoformat(text)
+    if d.tzinfo is None:
+        raise ValueError("timestamp must carry a timezone")
+    return round(d.timestamp() * 1000)
+
+
+# --- parsing ----------------------------------------------------------------
+
+
+class _Doc:
+    """Typed field access on a decoded JSON object; every defect names the object."""
+
+    def __init__(self, key: str, obj: object, where: str = "") -> None:
+        self.key = key
+        self.where = where
+        if not isinstance(obj, dict):
+            raise self.error("expected a JSON object")
+        self.obj: dict[str, Any] = obj
+
+    def error(self, reason: str) -> CorruptMetadata:
+        return CorruptMetadata(self.key, f"{self.where}: {reason}" if self.where else reason)
+
+    def get(self, name: str, kind: type[T] | tuple[type, ...], *, optional: bool = False,
+            default: Any = None) -> Any:
+        if name not in self.obj or self.obj[name] is None:
+            if optional:
+                return default
+            raise self.error(f"missing field {name!r}")
+        v = self.obj[name]
+        if kind is int and isinstance(v, bool):
+            raise self.error(f"field {name!r} must be an integer")
+        if not isinstance(v, kind):
+            raise self.error(f"field {name!r} has the wrong type ({type(v).__name__})")
+        return v
+
+    def nonneg(self, name: str) -> int:
+        v: int = self.get(name, int)
+        if v < 0:
+            raise self.error(f"field {name!r} must be >= 0")
+        return v
+
+    def child(self, name: str, obj: object) -> _Doc:
+        return _Doc(self.key, obj, f"{self.where}.{name}" if self.where else name)
+
+    def items(self, name: str, *, optional: bool = False) -> Iterator[tuple[int, object]]:
+        seq = self.get(name, list, optional=optional, default=[])
+        return enumerate(seq)
+
+    def string_map(self, name: str, value_kind: type) -> dict[str, Any]:
+        m = self.get(name, dict, optional=True, default={})
+        for k, v in m.items():
+            if not isinstance(v, value_kind) or (value_kind is int and isinstance(v, bool)):
+                raise self.error(f"{name}[{k!r}] has the wrong type")
+        return dict(m)
+
+    def safe_key(self, name: str, prefix: str) -> str:
+        v: str = self.get(name, str)
+        reason = check_relative_key(v, prefix=prefix)
+        if reason:
+            raise self.error(reason)
+        return v
+
+
+def _load_json(data: bytes, key: str) -> object:
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise CorruptMetadata(key, f"not valid JSON ({e})") from None
+
+
+def _check_header(doc: _Doc, expected: str) -> int:
+    fmt = doc.get("format", str)
+    if fmt != expected:
+        raise doc.error(f"format is {fmt!r}, expected {expected!r}")
+    fv: int = doc.get("format_version", int)
+    if fv > FORMAT_VERSION or fv < 1:
+        raise UnsupportedFormatVersion(
+            doc.key, f"format_version {fv} is not supported by this reader "
+                     f"(it reads up to {FORMAT_VERSION}); upgrade caslake")
+    return fv
+
+
+def parse_pointer(data: bytes, key: str) -> Pointer:
+    doc = _Doc(key, _load_json(data, key))
+    fv = _check_header(doc, POINTER_FORMAT)
+    version = doc.nonneg("version")
+    return Pointer(table_id=doc.get("table_id", str), version=version,
+                   manifest=doc.safe_key("manifest", MANIFEST_PREFIX),
+                   commit_id=doc.get("commit_id", str), format_version=fv)
+
+
+def _guard(doc: _Doc, fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except (ValueError, TypeError, KeyError, OverflowError) as e:
+        raise doc.error(str(e)) from None
+
+
+def _parse_schema(doc: _Doc) -> TableSchema:
+    fields = []
+    ids: set[int] = set()
+    names: set[str] = set()
+    for i, raw in doc.items("fields"):
+        f = doc.child(f"fields[{i}]", raw)
+        fid = f.get("id", int)
+        name = f.get("name", str)
+        typ = f.get("type", str)
+        _guard(f, partial(type_from_str, typ))
+        if fid in ids or name in names or fid < 1 or not name:
+            raise f.error("duplicate or invalid field id or name")
+        ids.add(fid)
+        names.add(name)
+        fields.append(Field(fid, name, typ, f.get("nullable", bool)))
+    if not fields:
+        raise doc.error("schema has no fields")
+    return TableSchema(tuple(fields), schema_id=doc.get("schema_id", int, optional=True, default=0))
+
+
+def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
+    from caslake.format.stats import value_from_json
+
+    by_id = schema.by_id()
+    stats: dict[int, dict[str, Any]] = {}
+    raw_stats = doc.get("stats", dict, optional=True, default={})
+    for sk, sv in raw_stats.items():
+        sdoc = doc.child(f"stats[{sk}]", sv)
+        fid: int = _guard(sdoc, partial(int, sk))
+        if fid not in by_id:
+            raise sdoc.error(f"field id {fid} is not in the schema")
+        t = by_id[fid].arrow_type
+        for bound in ("min", "max"):
+            if bound in sdoc.obj:
+                _guard(sdoc, partial(value_from_json, sdoc.obj[bound], t))
+        if "nulls" in sdoc.obj:
+            sdoc.nonneg("nulls")
+        stats[fid] = dict(sdoc.obj)
+    size = doc.nonneg("size")
+    footer = doc.nonneg("footer_size")
+    if footer < 8 or footer > size:
+        raise doc.error("footer_size must be between 8 and the file size")
+    return DataFile(path=doc.safe_key("path", DATA_PREFIX), size=size,
+                    etag=doc.get("etag", str), row_count=doc.nonneg("row_count"),
+                    row_group_count=doc.nonneg("row_group_count"), footer_size=footer,
+                    stats=stats)
+
+
+def parse_manifest(data: bytes, key: str) -> Manifest:
+    doc = _Doc(key, _load_json(data, key))
+    fv = _check_header(doc, MANIFEST_FORMAT)
+    schema = _parse_schema(doc.child("schema", doc.get("schema", dict)))
+    files = tuple(_parse_data_file(doc.child(f"files[{i}]", raw), schema)
+                  for i, raw in doc.items("files"))
+    paths = [f.path for f in files]
+    if len(set(paths)) != len(paths):
+        raise doc.error("a data file is listed twice")
+    segments = []
+    for i, raw in doc.items("segments"):
+        s = doc.child(f"segments[{i}]", raw)
+        segments.append(SegmentRef(manifest=s.safe_key("manifest", MANIFEST_PREFIX),
+                                   version=s.nonneg("version"), file_count=s.nonneg("files"),
+                                   row_count=s.nonneg("rows"), byte_count=s.nonneg("bytes")))
+    ancestors = []
+    for i, raw in doc.items("ancestors"):
+        a = doc.child(f"ancestors[{i}]", raw)
+        ancestors.append(AncestorRef(version=a.nonneg("version"),
+                                     manifest=a.safe_key("manifest", MANIFEST_PREFIX),
+                                     created_at_ms=_guard(a, partial(
+                                         parse_ts, a.get("created_at", str)))))
+    removed = []
+    for i, raw in doc.items("removed", optional=True):
+        reason = check_relative_key(raw, prefix=DATA_PREFIX)
+        if reason:
+            raise doc.error(f"removed[{i}]: {reason}")
+        removed.append(str(raw))
+    version = doc.nonneg("version")
+    parent = doc.get("parent", str, optional=True)
+    if parent is not None:
+        parent = doc.safe_key("parent", MANIFEST_PREFIX)
+    if (parent is None) != (version == 0):
+        raise doc.error("only version 0 may lack a parent")
+    if any(a.version >= version for a in ancestors) or any(s.version >= version for s in segments):
+        raise doc.error("ancestors and segments must be older than the manifest")
+    t = doc.child("totals", doc.get("totals", dict))
+    return Manifest(
+        table_id=doc.get("table_id", str), version=version, parent=parent,
+        commit_id=doc.get("commit_id", str),
+        created_at_ms=_guard(doc, partial(parse_ts, doc.get("created_at", str))),
+        operation=doc.get("operation", str), schema=schema, files=files,
+        segments=tuple(segments), removed=frozenset(removed), ancestors=tuple(ancestors),
+        operation_params=doc.string_map("operation_params", str),
+        summary=doc.string_map("summary", int), properties=doc.string_map("properties", str),
+        txns=doc.string_map("txns", int),
+        totals=Totals(t.nonneg("files"), t.nonneg("rows"), t.nonneg("bytes")),
+        format_version=fv)

@@ -1,0 +1,91 @@
+"""Object-store backends and :func:`open_store`, which picks one from a URI.
+
+=====================================  ========================================
+URI                                    backend
+=====================================  ========================================
+``memory://name`` / ``memory://``      :class:`MemoryStore` (shared per name)
+``/a/path``, ``rel/path``, ``file://``  :class:`LocalStore`
+``s3://bucket/prefix``                 :class:`S3Store` (AWS, MinIO, R2, moto)
+=====================================  ========================================
+
+The contract every backend honours is documented in :mod:`caslake.store.base`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from caslake.errors import StoreConfigError
+from caslake.store.base import (
+    DELETE,
+    GET,
+    GET_RANGE,
+    HEAD,
+    LIST,
+    PUT,
+    GetResult,
+    IfMatch,
+    Mode,
+    ObjectMeta,
+    ObjectStore,
+    PutMode,
+    StoreCounters,
+    normalize_etag,
+)
+from caslake.store.local import LocalStore
+from caslake.store.memory import MemoryStore
+from caslake.store.s3 import S3Store
+
+__all__ = [
+    "DELETE",
+    "GET",
+    "GET_RANGE",
+    "HEAD",
+    "LIST",
+    "PUT",
+    "GetResult",
+    "IfMatch",
+    "LocalStore",
+    "MemoryStore",
+    "Mode",
+    "ObjectMeta",
+    "ObjectStore",
+    "PutMode",
+    "S3Store",
+    "StoreCounters",
+    "normalize_etag",
+    "open_store",
+]
+
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def open_store(uri: str, storage_options: Mapping[str, str | bool] | None = None
+               ) -> ObjectStore:
+    """The store for ``uri``: ``memory://``, ``file://`` or a plain path, or ``s3://``.
+
+    ``storage_options`` only apply to ``s3://`` (see
+    :func:`caslake.store.s3.resolve_s3_settings`); passing any to another
+    backend is an error.  Raises StoreConfigError, naming the URI, for an
+    unknown scheme or a malformed URI.
+    """
+    if not isinstance(uri, str) or not uri.strip():
+        raise StoreConfigError(f"empty store URI {uri!r}")
+    match = _SCHEME_RE.match(uri)
+    scheme = match.group(1).lower() if match else ""
+    if scheme == "s3":
+        return S3Store(uri, storage_options)
+    if storage_options:
+        raise StoreConfigError(
+            f"storage options {sorted(storage_options)} do not apply to {uri!r} "
+            "(only s3:// URIs take storage options)"
+        )
+    if scheme == "memory":
+        return MemoryStore(uri)
+    if scheme == "file" or not match:
+        return LocalStore(uri)
+    raise StoreConfigError(
+        f"unsupported URI scheme {scheme!r} in {uri!r} "
+        "(use memory://, file://, a local path, or s3://)"
+    )

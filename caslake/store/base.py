@@ -1,0 +1,191 @@
+"""The storage contract.  This package is the only code that talks to storage.
+
+Every backend implements :class:`ObjectStore` over keys relative to a root
+(the table URI).  The contract, which the conformance suite checks for every
+backend:
+
+1. **Atomic visibility.**  A ``put`` is visible whole or not at all; a reader
+   never sees a partial object.
+2. **Mutual exclusion of create.**  Of any number of concurrent
+   ``put(key, mode=CREATE)`` calls on one key, exactly one succeeds; the
+   others raise :class:`~caslake.errors.AlreadyExists`.
+3. **Compare-and-swap.**  Of any number of concurrent
+   ``put(key, mode=IfMatch(e))`` calls, at most one succeeds, and only if the
+   current ETag is ``e``; the others raise
+   :class:`~caslake.errors.PreconditionFailed`.  On a missing key it raises
+   :class:`~caslake.errors.NotFound`.
+4. **ETags change on every write** and are returned by ``get``/``head``/``put``
+   in one canonical form (quoted, as S3 sends them).
+5. **Pinned reads.**  ``get_ranges(..., etag=e)`` returns bytes of the object
+   whose ETag is ``e`` or raises PreconditionFailed; never a mix of versions.
+6. **Read-after-write.**  A successful ``put`` is visible to every later
+   ``get``/``head``/``list`` (S3 is strongly consistent since 2020).
+
+Backends never retry a precondition failure; transient errors are retried by
+the backend with bounded, jittered backoff before being raised as
+:class:`~caslake.errors.TransientStoreError`.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+
+
+class PutMode(Enum):
+    CREATE = "create"  # If-None-Match: *
+    OVERWRITE = "overwrite"  # unconditional
+
+
+@dataclass(frozen=True)
+class IfMatch:
+    """Put mode for compare-and-swap: succeed only if the current ETag is ``etag``."""
+
+    etag: str
+
+
+Mode = PutMode | IfMatch
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    key: str
+    size: int
+    etag: str
+    last_modified: datetime | None = None
+
+
+@dataclass(frozen=True)
+class GetResult:
+    data: bytes
+    etag: str
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+def normalize_etag(etag: str) -> str:
+    """Canonical ETag form: with surrounding double quotes, as S3 returns it."""
+    etag = etag.strip()
+    if etag.startswith("W/"):
+        etag = etag[2:]
+    if not (etag.startswith('"') and etag.endswith('"') and len(etag) >= 2):
+        etag = f'"{etag.strip(chr(34))}"'
+    return etag
+
+
+@dataclass
+class StoreCounters:
+    """Requests by kind and bytes moved, for one store instance.  Thread-safe."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    bytes_in: int = 0  # downloaded
+    bytes_out: int = 0  # uploaded
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, kind: str, *, bytes_in: int = 0, bytes_out: int = 0, count: int = 1) -> None:
+        with self._lock:
+            self.requests[kind] = self.requests.get(kind, 0) + count
+            self.bytes_in += bytes_in
+            self.bytes_out += bytes_out
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            out = dict(self.requests)
+            out["bytes_in"] = self.bytes_in
+            out["bytes_out"] = self.bytes_out
+            return out
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.bytes_in = 0
+            self.bytes_out = 0
+
+    def count(self, kind: str) -> int:
+        with self._lock:
+            return self.requests.get(kind, 0)
+
+
+# Request kinds recorded in StoreCounters.requests.  A ranged GET counts once
+# per HTTP request actually issued (after coalescing).
+GET = "get"
+GET_RANGE = "get_range"
+PUT = "put"
+HEAD = "head"
+LIST = "list"
+DELETE = "delete"
+
+
+class ObjectStore(ABC):
+    """Keys are '/'-separated and relative to the store's root URI."""
+
+    uri: str
+    counters: StoreCounters
+
+    @abstractmethod
+    def get(self, key: str) -> GetResult:
+        """The whole object and its ETag.  Raises NotFound."""
+
+    @abstractmethod
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]], *,
+                   etag: str | None = None) -> list[bytes]:
+        """Bytes ``[start, end)`` for each range, in order.
+
+        Nearby ranges are coalesced into fewer requests and requests run in
+        parallel.  With ``etag`` every request carries ``If-Match`` and a
+        changed object raises PreconditionFailed.
+        """
+
+    @abstractmethod
+    def put(self, key: str, data: bytes, *, mode: Mode = PutMode.OVERWRITE) -> str:
+        """Write the object; return its new ETag.
+
+        CREATE raises AlreadyExists if the key exists.  IfMatch raises
+        PreconditionFailed if the ETag differs and NotFound if the key is missing.
+        """
+
+    @abstractmethod
+    def head(self, key: str) -> ObjectMeta:
+        """Size and ETag.  Raises NotFound."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        """Every object whose key starts with ``prefix``, in no promised order."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object.  Deleting a missing key is not an error."""
+
+    def local_path(self, key: str, *, etag: str | None = None) -> str | None:
+        """A filesystem path holding the object's bytes, when the store is local,
+        so readers can hand it to a native reader; None otherwise.  With ``etag``
+        it raises PreconditionFailed if the object changed, NotFound if missing.
+        Counts nothing: callers record the reads they make."""
+        return None
+
+    def staging_dir(self) -> str | None:
+        """A local directory where callers should build files meant for
+        :meth:`put_file`, or None for the system temp directory."""
+        return None
+
+    def put_file(self, key: str, path: str, *, mode: Mode = PutMode.CREATE) -> str:
+        """Upload a finished local file (which the store may consume: callers
+        must not reuse ``path`` afterwards).  Same contract as :meth:`put`."""
+        with open(path, "rb") as f:
+            data = f.read()
+        return self.put(key, data, mode=mode)
+
+    def exists(self, key: str) -> bool:
+        from caslake.errors import NotFound
+
+        try:
+            self.head(key)
+        except NotFound:
+            return False
+        return True

@@ -1,0 +1,451 @@
+"""Local-filesystem object store (a plain path or ``file://``): the embedded default.
+
+Owns the mapping of the storage contract onto POSIX files, safe across
+threads *and* processes sharing one directory:
+
+* **Atomic puts.**  Every write goes to a fresh temp file in
+  ``<root>/.caslake-tmp/``, is fsynced and given a unique mtime, then renamed
+  into place; the parent directory is fsynced afterwards.
+* **Create** uses ``os.link(tmp, dst)``, which fails with EEXIST when ``dst``
+  exists -- atomic across processes, no lock needed.
+* **Overwrite, compare-and-swap and delete** take an exclusive ``flock`` on a
+  per-key lock file ``<root>/.caslake-locks/<sha1 of key>``, so that the ETag
+  comparison and the ``os.replace``/``unlink`` happen as one step.  Lock
+  files are never removed (removing them would race with lockers).
+* **ETags** are ``"<inode>-<mtime_ns>-<size>"`` (hex) from ``os.stat``.  Each
+  write creates a new inode and stamps it with a nanosecond mtime strictly
+  later than the file it replaces, so every write changes the ETag even when
+  the filesystem reuses inode numbers or has a coarse clock.
+* **Reads** open the file once and ``fstat`` that descriptor, so the data and
+  the ETag always describe the same version (files are never modified in
+  place, only replaced).
+
+The hidden ``.caslake-*`` directories are skipped by ``list``.  Temp files
+left by a crashed writer are harmless and may be deleted when no writer runs.
+Unlike S3, a key cannot be both an object and a prefix of other keys (``a``
+and ``a/b``): writing the second raises StoreError.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import stat
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from caslake.errors import (
+    AlreadyExists,
+    NotFound,
+    PreconditionFailed,
+    StoreConfigError,
+    StoreError,
+    TransientStoreError,
+)
+from caslake.store.base import (
+    DELETE,
+    GET,
+    GET_RANGE,
+    HEAD,
+    LIST,
+    PUT,
+    GetResult,
+    IfMatch,
+    Mode,
+    ObjectMeta,
+    ObjectStore,
+    PutMode,
+    StoreCounters,
+    normalize_etag,
+)
+from caslake.store.keys import RESERVED_PREFIX, check_key, check_prefix
+from caslake.store.ranges import DEFAULT_MAX_REQUEST, LOCAL_MAX_GAP, plan_ranges, slice_results
+
+TMP_DIR = RESERVED_PREFIX + "tmp"
+LOCK_DIR = RESERVED_PREFIX + "locks"
+
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+
+
+def etag_from_stat(st: os.stat_result) -> str:
+    """The canonical (quoted) ETag of a file version."""
+    return f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
+
+
+def path_from_uri(uri: str) -> Path:
+    """The root directory named by a plain path or a ``file://`` URI."""
+    raw = uri
+    if uri.startswith("file://"):
+        raw = uri[len("file://"):]
+        if raw.startswith("localhost/"):
+            raw = raw[len("localhost"):]
+        if not raw.startswith("/"):
+            raise StoreConfigError(
+                f"file URI {uri!r} must be absolute (file:///abs/path)", key=None
+            )
+    if not raw:
+        raise StoreConfigError(f"empty local path in store URI {uri!r}")
+    return Path(raw).expanduser().absolute()
+
+
+def _os_error(exc: OSError, what: str, key: str | None) -> StoreError:
+    """Map an unexpected OSError to the caslake error tree."""
+    if exc.errno in (errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.ETIMEDOUT):
+        return TransientStoreError(f"{what}: {exc}", key=key)
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return StoreConfigError(f"{what}: {exc}", key=key)
+    return StoreError(f"{what}: {exc}", key=key)
+
+
+class LocalStore(ObjectStore):
+    """Objects as files under a root directory; see the module docstring."""
+
+    def __init__(self, uri: str | os.PathLike[str], *, fsync: bool = True,
+                 max_gap: int = LOCAL_MAX_GAP, max_request: int = DEFAULT_MAX_REQUEST) -> None:
+        self.root = path_from_uri(os.fspath(uri))
+        self.uri = self.root.as_uri()
+        self.counters = StoreCounters()
+        self.fsync = fsync
+        self.max_gap = max_gap
+        self.max_request = max_request
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreConfigError(f"store root {str(self.root)!r} is not a directory")
+
+    def __repr__(self) -> str:
+        return f"LocalStore({str(self.root)!r})"
+
+    # --- paths ------------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*check_key(key).split("/"))
+
+    def _lock_path(self, key: str) -> Path:
+        digest = hashlib.sha1(key.encode("utf-8")).hexdigest()
+        return self.root / LOCK_DIR / digest
+
+    @contextlib.contextmanager
+    def _key_lock(self, key: str) -> Iterator[None]:
+        lock_path = self._lock_path(key)
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    def _fsync_dir(self, directory: Path) -> None:
+        if not self.fsync:
+            return
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        except OSError as exc:  # some filesystems refuse fsync on directories
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+                raise
+        finally:
+            os.close(fd)
+
+    def _write_temp(self, data: bytes, *, not_before_ns: int = 0) -> tuple[Path, str]:
+        """Write ``data`` to a new temp file; return its path and its ETag.
+
+        The mtime is set to a fresh nanosecond timestamp (and later than
+        ``not_before_ns``) so that the ETag is unique even if the inode number
+        is later reused.
+        """
+        tmp_dir = self.root / TMP_DIR
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp = tmp_dir / f"{uuid.uuid4().hex}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                     0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            stamp = max(time.time_ns(), not_before_ns + 1)
+            os.utime(fd, ns=(stamp, stamp))
+            if self.fsync:
+                os.fsync(fd)
+            st = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        os.close(fd)
+        return tmp, etag_from_stat(st)
+
+    # --- reads ------------------------------------------------------------------
+
+    def get(self, key: str) -> GetResult:
+        path = self._path(key)
+        try:
+            fd = os.open(path, _READ_FLAGS)
+        except (FileNotFoundError, NotADirectoryError):
+            self.counters.record(GET)
+            raise NotFound(f"no object {key!r} in {self.uri}", key=key) from None
+        except IsADirectoryError:
+            self.counters.record(GET)
+            raise NotFound(f"{key!r} is a directory, not an object, in {self.uri}",
+                           key=key) from None
+        except OSError as exc:
+            self.counters.record(GET)
+            raise _os_error(exc, f"cannot open {key!r}", key) from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self.counters.record(GET)
+                raise NotFound(f"{key!r} is not a regular file in {self.uri}", key=key)
+            chunks = []
+            remaining = st.st_size
+            offset = 0
+            while remaining > 0:
+                chunk = os.pread(fd, remaining, offset)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                offset += len(chunk)
+                remaining -= len(chunk)
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        except OSError as exc:
+            self.counters.record(GET)
+            raise _os_error(exc, f"cannot read {key!r}", key) from exc
+        finally:
+            os.close(fd)
+        self.counters.record(GET, bytes_in=len(data))
+        return GetResult(data, etag_from_stat(st))
+
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]], *,
+                   etag: str | None = None) -> list[bytes]:
+        path = self._path(key)
+        requests = plan_ranges(ranges, max_gap=self.max_gap, max_request=self.max_request)
+        if not requests:
+            return [b""] * len(ranges)
+        try:
+            fd = os.open(path, _READ_FLAGS)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            self.counters.record(GET_RANGE)
+            raise NotFound(f"no object {key!r} in {self.uri}", key=key) from None
+        except OSError as exc:
+            self.counters.record(GET_RANGE)
+            raise _os_error(exc, f"cannot open {key!r}", key) from exc
+        try:
+            st = os.fstat(fd)
+            current = etag_from_stat(st)
+            if etag is not None and normalize_etag(etag) != current:
+                self.counters.record(GET_RANGE)
+                raise PreconditionFailed(
+                    f"object {key!r} changed: ETag is {current}, expected {normalize_etag(etag)}",
+                    key=key,
+                )
+            payloads = []
+            for req in requests:
+                payload = os.pread(fd, req.length, req.start)
+                # pread may return short only at end of file for regular files.
+                while len(payload) < req.length:
+                    more = os.pread(fd, req.length - len(payload), req.start + len(payload))
+                    if not more:
+                        break
+                    payload += more
+                self.counters.record(GET_RANGE, bytes_in=len(payload))
+                payloads.append(payload)
+        except OSError as exc:
+            raise _os_error(exc, f"cannot read {key!r}", key) from exc
+        finally:
+            os.close(fd)
+        return slice_results(ranges, requests, payloads, key=key)
+
+    def head(self, key: str) -> ObjectMeta:
+        path = self._path(key)
+        self.counters.record(HEAD)
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFound(f"no object {key!r} in {self.uri}", key=key) from None
+        except OSError as exc:
+            raise _os_error(exc, f"cannot stat {key!r}", key) from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise NotFound(f"{key!r} is not a regular file in {self.uri}", key=key)
+        return self._meta(key, st)
+
+    @staticmethod
+    def _meta(key: str, st: os.stat_result) -> ObjectMeta:
+        return ObjectMeta(key, st.st_size, etag_from_stat(st),
+                          datetime.fromtimestamp(st.st_mtime_ns / 1e9, tz=UTC))
+
+    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
+        check_prefix(prefix)
+        self.counters.record(LIST)
+        # Start the walk at the deepest directory the prefix names.
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        found: list[ObjectMeta] = []
+        self._walk(self.root.joinpath(*base.split("/")) if base else self.root,
+                   base, prefix, found)
+        found.sort(key=lambda m: m.key)
+        return iter(found)
+
+    def _walk(self, directory: Path, rel: str, prefix: str,
+              found: builtins.list[ObjectMeta]) -> None:
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise _os_error(exc, f"cannot list {rel or '/'!r}", rel or None) from exc
+        for entry in entries:
+            name = entry.name
+            if not rel and name.startswith(RESERVED_PREFIX):
+                continue  # bookkeeping directories are not objects
+            key = f"{rel}/{name}" if rel else name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    # Descend only if something under it can match the prefix.
+                    sub = key + "/"
+                    if sub.startswith(prefix) or prefix.startswith(sub):
+                        self._walk(Path(entry.path), key, prefix, found)
+                    continue
+                if not key.startswith(prefix):
+                    continue
+                st = entry.stat()
+            except FileNotFoundError:
+                continue  # removed while we walked
+            if stat.S_ISREG(st.st_mode):
+                found.append(self._meta(key, st))
+
+    # --- writes -----------------------------------------------------------------
+
+    def put(self, key: str, data: bytes, *, mode: Mode = PutMode.OVERWRITE) -> str:
+        path = self._path(key)
+        if not (mode is PutMode.CREATE or mode is PutMode.OVERWRITE or isinstance(mode, IfMatch)):
+            raise TypeError(f"unknown put mode {mode!r}")
+        self.counters.record(PUT, bytes_out=len(data))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if mode is PutMode.CREATE:
+                return self._create(key, path, data)
+            return self._replace(key, path, data, mode)
+        except (NotADirectoryError, FileExistsError) as exc:
+            raise StoreError(f"cannot write {key!r}: a parent path is a file ({exc})",
+                             key=key) from exc
+        except OSError as exc:
+            raise _os_error(exc, f"cannot write {key!r}", key) from exc
+
+    def local_path(self, key: str, *, etag: str | None = None) -> str | None:
+        path = self._path(key)
+        if etag is not None:
+            try:
+                st = os.stat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                raise NotFound(f"no object {key!r} in {self.uri}", key=key) from None
+            if etag_from_stat(st) != normalize_etag(etag):
+                raise PreconditionFailed(f"object {key!r} changed: ETag is "
+                                         f"{etag_from_stat(st)}, expected "
+                                         f"{normalize_etag(etag)}", key=key)
+        return str(path)
+
+    def staging_dir(self) -> str:
+        tmp_dir = self.root / TMP_DIR
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        return str(tmp_dir)
+
+    def put_file(self, key: str, path: str, *, mode: Mode = PutMode.CREATE) -> str:
+        """Create-only puts of a file built in :meth:`staging_dir` are a link: no copy."""
+        src = Path(path)
+        if mode is not PutMode.CREATE or src.parent != self.root / TMP_DIR:
+            return super().put_file(key, path, mode=mode)
+        dst = self._path(key)
+        fd = os.open(src, os.O_RDONLY)
+        try:
+            stamp = time.time_ns()
+            os.utime(fd, ns=(stamp, stamp))
+            if self.fsync:
+                os.fsync(fd)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        self.counters.record(PUT, bytes_out=st.st_size)
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(src, dst)
+            except FileExistsError:
+                raise AlreadyExists(f"object {key!r} already exists in {self.uri}",
+                                    key=key) from None
+        except OSError as exc:
+            raise _os_error(exc, f"cannot write {key!r}", key) from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(src)
+        self._fsync_dir(dst.parent)
+        return etag_from_stat(st)
+
+    def _create(self, key: str, path: Path, data: bytes) -> str:
+        tmp, new_etag = self._write_temp(data)
+        try:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                if path.is_dir():
+                    raise StoreError(f"cannot create {key!r}: it is a directory of other keys",
+                                     key=key) from None
+                raise AlreadyExists(f"object {key!r} already exists in {self.uri}",
+                                    key=key) from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        self._fsync_dir(path.parent)
+        return new_etag
+
+    def _replace(self, key: str, path: Path, data: bytes, mode: Mode) -> str:
+        with self._key_lock(key):
+            try:
+                current: os.stat_result | None = os.stat(path)
+            except FileNotFoundError:
+                current = None
+            if isinstance(mode, IfMatch):
+                if current is None:
+                    raise NotFound(f"no object {key!r} to compare-and-swap in {self.uri}",
+                                   key=key)
+                if etag_from_stat(current) != normalize_etag(mode.etag):
+                    raise PreconditionFailed(
+                        f"object {key!r} changed: ETag is {etag_from_stat(current)}, "
+                        f"expected {normalize_etag(mode.etag)}",
+                        key=key,
+                    )
+            if current is not None and stat.S_ISDIR(current.st_mode):
+                raise StoreError(f"cannot write {key!r}: it is a directory", key=key)
+            tmp, new_etag = self._write_temp(
+                data, not_before_ns=current.st_mtime_ns if current is not None else 0
+            )
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        self._fsync_dir(path.parent)
+        return new_etag
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        self.counters.record(DELETE)
+        if not os.path.lexists(path):
+            return  # nothing to delete; also avoids creating bookkeeping dirs
+        try:
+            with self._key_lock(key):
+                os.unlink(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except IsADirectoryError as exc:
+            raise StoreError(f"cannot delete {key!r}: it is a directory", key=key) from exc
+        except OSError as exc:
+            raise _os_error(exc, f"cannot delete {key!r}", key) from exc
+        self._fsync_dir(path.parent)

@@ -1,0 +1,1 @@
+"""The table: commit loop, append, scan planning and execution, history."""

@@ -1,0 +1,153 @@
+"""What a commit changes, as data, and the pure function that applies it.
+
+``apply_changes(base, changes, ...)`` builds the next manifest from the base
+snapshot without I/O, except for loading segments that the merge policy
+decides to fold back inline (through the ``load`` callback).
+
+Metadata scaling policy (see docs/format.md "Segments"):
+
+* New entries go inline.  While the base's inline list is shorter than
+  ``INLINE_LIMIT`` it is carried forward, so the common commit rewrites at most
+  ``INLINE_LIMIT`` entries.
+* When the base's inline list is full, the base manifest itself becomes a
+  segment reference and the inline list starts empty.
+* Segments are tiered by size; when the last ``FANOUT`` segments share a
+  tier they are folded inline into this manifest (which then becomes one
+  segment of the next tier).  Each entry is rewritten O(log_FANOUT n) times in
+  its life, and the root lists O(FANOUT * log n) segments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from caslake.errors import CommitConflict
+from caslake.format.keys import manifest_key
+from caslake.format.manifest import AncestorRef, DataFile, Manifest, SegmentRef, Totals
+from caslake.format.schema import TableSchema
+from caslake.table.metadata_io import Snapshot
+
+INLINE_LIMIT = 64
+FANOUT = 8
+
+
+@dataclass(frozen=True)
+class Changes:
+    operation: str
+    add_files: tuple[DataFile, ...] = ()
+    remove_files: tuple[DataFile, ...] = ()
+    remove_all: bool = False  # overwrite: the new version holds only add_files
+    params: dict[str, str] = field(default_factory=dict)
+    # Requirement: the commit is only valid on top of exactly this version.
+    # A rebase onto any other version raises CommitConflict (overwrite uses it).
+    requires_version: int | None = None
+    # Idempotent writes: (app id, txn version) recorded with the commit.
+    txn: tuple[str, int] | None = None
+
+
+def check_requirements(base: Snapshot, changes: Changes) -> None:
+    if changes.requires_version is not None and base.version != changes.requires_version:
+        raise CommitConflict(
+            f"{changes.operation} was planned against version {changes.requires_version} but "
+            f"the table is now at version {base.version}",
+            help=f"re-run the {changes.operation} so it sees the rows committed since")
+
+
+def _level(count: int) -> int:
+    if count < INLINE_LIMIT * FANOUT:
+        return 0
+    return int(math.log(count / INLINE_LIMIT, FANOUT))
+
+
+def _totals(files: Sequence[DataFile]) -> Totals:
+    return Totals(len(files), sum(f.row_count for f in files), sum(f.size for f in files))
+
+
+def _ancestors(base: Snapshot) -> tuple[AncestorRef, ...]:
+    """Skip pointers for version base.version+1: for each k, the base version with
+    its low k bits cleared.  Each is either the base or one of the base's own."""
+    b = base.version
+    known = {a.version: a for a in base.manifest.ancestors}
+    known[b] = AncestorRef(b, base.key, base.manifest.created_at_ms)
+    out: dict[int, AncestorRef] = {}
+    k = 0
+    while True:
+        v = (b >> k) << k
+        if v in known:
+            out[v] = known[v]
+        if v == 0:
+            break
+        k += 1
+    return tuple(sorted(out.values(), key=lambda a: -a.version))
+
+
+def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: str,
+                  created_at_ms: int, load: Callable[[Sequence[str]], list[Manifest]],
+                  schema: TableSchema | None = None) -> tuple[str, Manifest]:
+    """The key and content of the manifest for version base.version+1."""
+    bm = base.manifest
+    version = bm.version + 1
+    drop = {f.path for f in changes.remove_files}
+    if changes.remove_all:
+        files: list[DataFile] = []
+        segments: list[SegmentRef] = []
+        removed: set[str] = set()
+        totals = Totals(0, 0, 0)
+    else:
+        segments = list(bm.segments)
+        removed = set(bm.removed)
+        if len(bm.files) >= INLINE_LIMIT:
+            # The base's inline list is full: reference it as a segment instead of copying it.
+            segments.append(SegmentRef(base.key, bm.version, len(bm.files),
+                                       sum(f.row_count for f in bm.files),
+                                       sum(f.size for f in bm.files)))
+            files = []
+            removed |= drop
+        else:
+            inline_paths = {f.path for f in bm.files}
+            files = [f for f in bm.files if f.path not in drop]
+            removed |= drop - inline_paths
+        gone = _totals(changes.remove_files)
+        totals = Totals(bm.totals.files - gone.files, bm.totals.rows - gone.rows,
+                        bm.totals.bytes - gone.bytes)
+    added = _totals(changes.add_files)
+    totals = Totals(totals.files + added.files, totals.rows + added.rows,
+                    totals.bytes + added.bytes)
+    files.extend(changes.add_files)
+
+    # Fold segments back inline: the last FANOUT when they share a tier, or all of
+    # them when removals would otherwise pile up in `removed`.  One fold per commit;
+    # the folded manifest becomes a segment of the next tier on the next commit.
+    fold: list[SegmentRef] = []
+    if len(removed) > max(INLINE_LIMIT * FANOUT, totals.files // 4):
+        fold, segments = segments, []
+    elif (len(segments) >= FANOUT
+          and len({_level(s.file_count) for s in segments[-FANOUT:]}) == 1):
+        fold, segments = segments[-FANOUT:], segments[:-FANOUT]
+    if fold:
+        folded: list[DataFile] = []
+        for seg in load([s.manifest for s in fold]):
+            for f in seg.files:
+                if f.path in removed:
+                    removed.discard(f.path)  # the removal is applied by not copying it
+                else:
+                    folded.append(f)
+        files = folded + files
+
+    txns = dict(bm.txns)
+    if changes.txn is not None:
+        txns[changes.txn[0]] = changes.txn[1]
+    summary = {"added_files": len(changes.add_files), "added_rows": added.rows,
+               "added_bytes": added.bytes,
+               "removed_files": (bm.totals.files if changes.remove_all
+                                 else len(changes.remove_files))}
+    manifest = Manifest(
+        table_id=bm.table_id, version=version, parent=base.key, commit_id=commit_id,
+        created_at_ms=max(created_at_ms, bm.created_at_ms + 1),  # commit times are monotonic
+        operation=changes.operation, schema=schema or bm.schema, files=tuple(files),
+        segments=tuple(segments), removed=frozenset(removed), ancestors=_ancestors(base),
+        operation_params=dict(changes.params), summary=summary, properties=bm.properties,
+        txns=txns, totals=totals)
+    return manifest_key(version, token), manifest

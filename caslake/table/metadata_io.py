@@ -1,0 +1,151 @@
+"""Reading the pointer and manifests, with an in-process cache of immutable manifests.
+
+Owns: GET of ``_latest_manifest`` and ``manifest/*``, resolution of segment
+references into a live file list, and time travel by version or timestamp
+through the ancestors' skip pointers (O(log n) manifest GETs).
+Never writes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from caslake.errors import CorruptMetadata, NotFound, TableNotFound, VersionNotFound
+from caslake.format.keys import POINTER_KEY
+from caslake.format.manifest import DataFile, Manifest, Pointer, parse_manifest, parse_pointer
+from caslake.store.base import ObjectStore
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One committed table version: its manifest and where it lives."""
+
+    manifest: Manifest
+    key: str
+
+    @property
+    def version(self) -> int:
+        return self.manifest.version
+
+
+class MetadataIO:
+    def __init__(self, store: ObjectStore, *, cache_size: int = 256) -> None:
+        self.store = store
+        self._cache: OrderedDict[str, Manifest] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    # --- pointer and manifests -------------------------------------------------
+
+    def read_pointer(self) -> tuple[Pointer, str]:
+        """The pointer and its ETag.  Raises TableNotFound if there is none."""
+        try:
+            res = self.store.get(POINTER_KEY)
+        except NotFound:
+            raise TableNotFound(
+                f"no table at {self.store.uri} ({POINTER_KEY} is missing)") from None
+        return parse_pointer(res.data, POINTER_KEY), res.etag
+
+    def remember(self, key: str, manifest: Manifest) -> None:
+        with self._lock:
+            self._cache[key] = manifest
+            self._cache.move_to_end(key)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def load_manifest(self, key: str) -> Manifest:
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        try:
+            res = self.store.get(key)
+        except NotFound:
+            raise CorruptMetadata(key, "the manifest is missing (referenced but not on storage)"
+                                  ) from None
+        manifest = parse_manifest(res.data, key)
+        self.remember(key, manifest)
+        return manifest
+
+    def load_manifests(self, keys: Iterable[str]) -> list[Manifest]:
+        keys = list(keys)
+        if len(keys) <= 1:
+            return [self.load_manifest(k) for k in keys]
+        with ThreadPoolExecutor(max_workers=min(16, len(keys))) as pool:
+            return list(pool.map(self.load_manifest, keys))
+
+    def latest(self) -> Snapshot:
+        pointer, _ = self.read_pointer()
+        return self.snapshot_for_pointer(pointer)
+
+    def snapshot_for_pointer(self, pointer: Pointer) -> Snapshot:
+        manifest = self.load_manifest(pointer.manifest)
+        if manifest.version != pointer.version or manifest.commit_id != pointer.commit_id:
+            raise CorruptMetadata(pointer.manifest, f"pointer says version {pointer.version} "
+                                  f"commit {pointer.commit_id}, manifest disagrees")
+        return Snapshot(manifest, pointer.manifest)
+
+    # --- live files --------------------------------------------------------------
+
+    def live_files(self, snap: Snapshot) -> list[DataFile]:
+        """Every data file of the version, oldest segment first, inline entries last."""
+        m = snap.manifest
+        out: list[DataFile] = []
+        for seg_ref, seg in zip(m.segments, self.load_manifests(s.manifest for s in m.segments),
+                                strict=True):
+            if seg.version != seg_ref.version or len(seg.files) != seg_ref.file_count:
+                raise CorruptMetadata(snap.key, f"segment {seg_ref.manifest} does not match "
+                                      "its reference (version or file count)")
+            out.extend(f for f in seg.files if f.path not in m.removed)
+        out.extend(m.files)
+        return out
+
+    # --- time travel ---------------------------------------------------------------
+
+    def at_version(self, head: Snapshot, version: int) -> Snapshot:
+        if version < 0 or version > head.version:
+            raise VersionNotFound(f"version {version} does not exist "
+                                  f"(the table is at version {head.version})")
+        cur = head
+        while cur.version != version:
+            jumps = [a for a in cur.manifest.ancestors if a.version >= version]
+            if not jumps:
+                raise CorruptMetadata(cur.key, f"no ancestor reaches version {version}")
+            best = min(jumps, key=lambda a: a.version)
+            cur = self._step(cur, best.manifest, best.version)
+        return cur
+
+    def as_of(self, head: Snapshot, ts_ms: int) -> Snapshot:
+        """The newest version committed at or before ``ts_ms`` (commit times are monotonic)."""
+        cur = head
+        while cur.manifest.created_at_ms > ts_ms:
+            later = [a for a in cur.manifest.ancestors if a.created_at_ms > ts_ms]
+            if later:
+                best = min(later, key=lambda a: a.version)
+                cur = self._step(cur, best.manifest, best.version)
+                continue
+            parent = [a for a in cur.manifest.ancestors if a.version == cur.version - 1]
+            if not parent:
+                raise VersionNotFound("no version of the table is that old "
+                                      f"(version {cur.version} was committed after it)")
+            return self._step(cur, parent[0].manifest, parent[0].version)
+        return cur
+
+    def _step(self, cur: Snapshot, key: str, version: int) -> Snapshot:
+        m = self.load_manifest(key)
+        if m.version != version or m.table_id != cur.manifest.table_id:
+            raise CorruptMetadata(cur.key, f"ancestor {key} is not version {version} of this table")
+        return Snapshot(m, key)
+
+    def history(self, head: Snapshot, limit: int | None = None) -> list[Snapshot]:
+        out = [head]
+        cur = head
+        while cur.manifest.parent is not None and (limit is None or len(out) < limit):
+            cur = self._step(cur, cur.manifest.parent, cur.version - 1)
+            out.append(cur)
+        return out

@@ -1,0 +1,354 @@
+"""Scan planning and execution over one pinned snapshot.
+
+Planning prunes at three levels:
+
+1. files, by the manifest's per-file min/max/null counts;
+2. row groups, by footer statistics (one exact-size range GET per file,
+   pinned to the file's ETag, cached per (path, etag));
+3. columns: only the column chunks of the projected and predicate columns are
+   fetched, as coalesced, parallel range GETs pinned with ``If-Match``.
+
+Execution decodes the fetched chunks with pyarrow, applies the exact row
+filter, and projects.  ``to_reader`` streams work units (a file's surviving
+row groups, split to bound memory) with a small in-order prefetch window.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from caslake.errors import CorruptMetadata, UnknownColumn
+from caslake.expr import Expr, compile_where, might_match, referenced_columns, to_arrow
+from caslake.format.manifest import DataFile
+from caslake.format.stats import row_group_stats, to_column_stats
+from caslake.store.base import GET_RANGE, ObjectStore
+from caslake.table.metadata_io import MetadataIO, Snapshot
+
+UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
+PREFETCH_UNITS = 4
+
+
+class FooterCache:
+    """Parsed Parquet footers keyed by (path, etag); footers of immutable files never change."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._items: OrderedDict[tuple[str, str], pq.FileMetaData] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, store: ObjectStore, f: DataFile) -> pq.FileMetaData:
+        k = (f.path, f.etag)
+        with self._lock:
+            hit = self._items.get(k)
+            if hit is not None:
+                return hit
+        tail = store.get_ranges(f.path, [(f.size - f.footer_size, f.size)], etag=f.etag)[0]
+        md = parse_footer(tail, f)
+        with self._lock:
+            self._items[k] = md
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return md
+
+
+def parse_footer(tail: bytes, f: DataFile) -> pq.FileMetaData:
+    if len(tail) != f.footer_size or tail[-4:] != b"PAR1":
+        raise CorruptMetadata(f.path, "the Parquet footer is truncated or the file is not Parquet")
+    try:
+        md = pq.read_metadata(pa.BufferReader(tail))
+    except (OSError, pa.ArrowException) as e:
+        raise CorruptMetadata(f.path, f"unreadable Parquet footer ({e})") from None
+    if md.num_rows != f.row_count or md.num_row_groups != f.row_group_count:
+        raise CorruptMetadata(f.path, f"footer has {md.num_rows} rows in {md.num_row_groups} "
+                              f"row groups; the manifest says {f.row_count} in "
+                              f"{f.row_group_count}")
+    return md
+
+
+@dataclass
+class FileTask:
+    file: DataFile
+    footer: pq.FileMetaData
+    row_groups: list[int]
+    bytes_to_read: int
+
+
+@dataclass
+class ScanPlan:
+    version: int
+    files_total: int
+    files_pruned: int
+    row_groups_total: int
+    row_groups_pruned: int
+    bytes_to_read: int
+    columns: list[str]
+    tasks: list[FileTask] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "files": {"total": self.files_total, "pruned": self.files_pruned,
+                      "read": len(self.tasks)},
+            "row_groups": {"total": self.row_groups_total, "pruned": self.row_groups_pruned,
+                           "read": sum(len(t.row_groups) for t in self.tasks)},
+            "bytes_to_read": self.bytes_to_read,
+            "columns": self.columns,
+            "files_read": [{"path": t.file.path, "row_groups": t.row_groups,
+                            "bytes": t.bytes_to_read} for t in self.tasks],
+        }
+
+
+def chunk_range(md: pq.FileMetaData, rg: int, col_index: int) -> tuple[int, int]:
+    c = md.row_group(rg).column(col_index)
+    start = c.data_page_offset
+    if c.has_dictionary_page and c.dictionary_page_offset is not None:
+        start = min(start, c.dictionary_page_offset)
+    return start, start + c.total_compressed_size
+
+
+class _SparseFile(io.RawIOBase):
+    """A read-only file made of the byte ranges we fetched; any other read is a bug."""
+
+    def __init__(self, size: int, pieces: list[tuple[int, bytes]], name: str) -> None:
+        self._size = size
+        self._pieces = sorted(pieces)
+        self._starts = [p[0] for p in self._pieces]
+        self._pos = 0
+        self._name = name
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buf: Any) -> int:
+        import bisect
+
+        n = min(len(buf), self._size - self._pos)
+        if n <= 0:
+            return 0
+        i = bisect.bisect_right(self._starts, self._pos) - 1
+        if i >= 0:
+            start, data = self._pieces[i]
+            if self._pos + n <= start + len(data):
+                off = self._pos - start
+                buf[:n] = data[off:off + n]
+                self._pos += n
+                return n
+        raise CorruptMetadata(self._name, f"read of unfetched bytes [{self._pos}, {self._pos + n})"
+                              " (footer offsets do not match the column chunks)")
+
+
+class Scan:
+    """A planned read of one snapshot.  Build it with ``Table.scan``."""
+
+    def __init__(self, io_: MetadataIO, footers: FooterCache, snapshot: Snapshot,
+                 columns: Sequence[str] | None, where: str | Expr | None) -> None:
+        self._io = io_
+        self._store = io_.store
+        self._footers = footers
+        self.snapshot = snapshot
+        schema = snapshot.manifest.schema
+        self._arrow_schema = schema.to_arrow()
+        names = schema.names
+        if columns is not None:
+            if isinstance(columns, str):
+                columns = [columns]
+            for c in columns:
+                if c not in names:
+                    raise UnknownColumn(c, names)
+        self.columns = list(columns) if columns is not None else names
+        self._bound = compile_where(where, self._arrow_schema)
+        pred_cols = referenced_columns(self._bound) if self._bound is not None else set()
+        # Read the projection plus the predicate's columns, in table order.
+        self._read_columns = [n for n in names if n in set(self.columns) | pred_cols]
+        self._plan: ScanPlan | None = None
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([self._arrow_schema.field(c) for c in self.columns])
+
+    # --- planning --------------------------------------------------------------
+
+    def _file_might_match(self, f: DataFile) -> bool:
+        if self._bound is None:
+            return True
+        by_id = self.snapshot.manifest.schema.by_id()
+        stats = {}
+        for fid, js in f.stats.items():
+            fld = by_id.get(fid)
+            if fld is not None:
+                stats[fld.name] = to_column_stats(js, fld.arrow_type)
+        return bool(might_match(self._bound, stats, f.row_count))
+
+    def plan(self) -> ScanPlan:
+        if self._plan is not None:
+            return self._plan
+        files = self._io.live_files(self.snapshot)
+        kept = [f for f in files if f.row_count > 0 and self._file_might_match(f)]
+        footers = self._fetch_footers(kept)
+        types = {f.name: f.arrow_type for f in self.snapshot.manifest.schema.fields}
+        tasks: list[FileTask] = []
+        rg_total = rg_pruned = 0
+        for f, md in zip(kept, footers, strict=True):
+            col_idx = _column_indexes(md, self._read_columns, f.path)
+            groups = []
+            nbytes = 0
+            for rg in range(md.num_row_groups):
+                rg_total += 1
+                n = md.row_group(rg).num_rows
+                if n == 0 or (self._bound is not None and not might_match(
+                        self._bound, row_group_stats(md, rg, types), n)):
+                    rg_pruned += 1
+                    continue
+                groups.append(rg)
+                nbytes += sum(e - s for s, e in (chunk_range(md, rg, i) for i in col_idx))
+            if groups:
+                tasks.append(FileTask(f, md, groups, nbytes))
+        rg_total += sum(f.row_group_count for f in files if f not in kept)
+        rg_pruned += sum(f.row_group_count for f in files if f not in kept)
+        self._plan = ScanPlan(version=self.snapshot.version, files_total=len(files),
+                              files_pruned=len(files) - len(kept), row_groups_total=rg_total,
+                              row_groups_pruned=rg_pruned,
+                              bytes_to_read=sum(t.bytes_to_read for t in tasks),
+                              columns=self.columns, tasks=tasks)
+        return self._plan
+
+    def _fetch_footers(self, files: list[DataFile]) -> list[pq.FileMetaData]:
+        if len(files) <= 1:
+            return [self._footers.get(self._store, f) for f in files]
+        with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
+            return list(pool.map(lambda f: self._footers.get(self._store, f), files))
+
+    # --- execution -------------------------------------------------------------
+
+    def _units(self) -> Iterator[tuple[FileTask, list[int]]]:
+        for t in self.plan().tasks:
+            col_idx = _column_indexes(t.footer, self._read_columns, t.file.path)
+            group: list[int] = []
+            size = 0
+            for rg in t.row_groups:
+                rg_bytes = sum(e - s for s, e in (chunk_range(t.footer, rg, i) for i in col_idx))
+                if group and size + rg_bytes > UNIT_BYTES:
+                    yield t, group
+                    group, size = [], 0
+                group.append(rg)
+                size += rg_bytes
+            if group:
+                yield t, group
+
+    def _open_unit(self, task: FileTask, groups: list[int]) -> pq.ParquetFile:
+        """A ParquetFile that can serve exactly the needed column chunks of ``groups``.
+
+        On a local store pyarrow reads the pinned file directly (counted as one
+        ranged read of the chunk bytes); elsewhere the chunks are fetched with
+        coalesced, parallel range GETs pinned by ETag and served from memory."""
+        md = task.footer
+        col_idx = _column_indexes(md, self._read_columns, task.file.path)
+        ranges = [chunk_range(md, rg, i) for rg in groups for i in col_idx]
+        path = self._store.local_path(task.file.path, etag=task.file.etag)
+        if path is not None:
+            self._store.counters.record(GET_RANGE, bytes_in=sum(e - s for s, e in ranges))
+            return pq.ParquetFile(path, metadata=md)
+        datas = self._store.get_ranges(task.file.path, ranges, etag=task.file.etag)
+        pieces = [(s, d) for (s, _), d in zip(ranges, datas, strict=True)]
+        sparse = _SparseFile(task.file.size, pieces, task.file.path)
+        return pq.ParquetFile(pa.PythonFile(sparse, mode="r"), metadata=md, pre_buffer=False)
+
+    def _read_unit(self, task: FileTask, groups: list[int]) -> pa.Table:
+        try:
+            pf = self._open_unit(task, groups)
+            table = pf.read_row_groups(groups, columns=self._read_columns, use_threads=True)
+        except (OSError, pa.ArrowException) as e:
+            raise CorruptMetadata(task.file.path, f"unreadable column data ({e})") from None
+        table = _cast_to(table, self._arrow_schema, self._read_columns)
+        if self._bound is not None:
+            table = table.filter(to_arrow(self._bound))
+        return table.select(self.columns)
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        units = list(self._units())
+        if len(units) == 1:  # nothing to overlap: read inline, no thread hand-off
+            yield from self._read_unit(*units[0]).to_batches()
+            return
+        window: deque[Future[pa.Table]] = deque()
+        pending = iter(units)
+        pool = _unit_pool()
+        try:
+            def refill() -> None:
+                while len(window) < PREFETCH_UNITS:
+                    nxt = next(pending, None)
+                    if nxt is None:
+                        return
+                    window.append(pool.submit(self._read_unit, *nxt))
+            refill()
+            while window:
+                table = window.popleft().result()
+                refill()
+                yield from table.to_batches()
+        finally:
+            for f in window:  # an abandoned reader must not leave work running
+                f.cancel()
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
+
+    def to_arrow(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
+
+    def count(self) -> int:
+        return sum(b.num_rows for b in self.to_batches())
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _unit_pool() -> ThreadPoolExecutor:
+    """One process-wide pool for work units; scans share it instead of each
+    starting threads.  Units never wait on other units, so sharing cannot deadlock."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=PREFETCH_UNITS * 2,
+                                       thread_name_prefix="caslake-scan")
+        return _POOL
+
+
+def _column_indexes(md: pq.FileMetaData, names: list[str], path: str) -> list[int]:
+    by_name = {md.schema.column(i).path: i for i in range(md.num_columns)}
+    out = []
+    for n in names:
+        if n not in by_name:
+            raise CorruptMetadata(path, f"data file has no column {n!r}")
+        out.append(by_name[n])
+    return out
+
+
+def _cast_to(table: pa.Table, schema: pa.Schema, names: list[str]) -> pa.Table:
+    target = pa.schema([schema.field(n) for n in names])
+    if table.schema.equals(target, check_metadata=False):
+        return table
+    try:
+        return table.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise CorruptMetadata("data file", f"column types differ from the table schema ({e})"
+                              ) from None

@@ -1,0 +1,271 @@
+"""The public Table facade: create, open, append, overwrite, scan, history.
+
+A ``Table`` is a handle on a table URI.  ``version`` and ``schema`` describe
+the snapshot the handle last saw (after its own commits, scans or
+``refresh()``); every operation reads the pointer afresh, so writers always
+commit on top of the latest version and a plain ``scan()`` reads the latest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from caslake.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    StoreError,
+    TableAlreadyExists,
+    TableNotFound,
+)
+from caslake.expr import Expr
+from caslake.format.keys import POINTER_KEY, manifest_key, new_token
+from caslake.format.manifest import Manifest, Pointer, format_ts
+from caslake.format.schema import TableSchema
+from caslake.store import open_store
+from caslake.store.base import ObjectStore, PutMode
+from caslake.table.changes import Changes
+from caslake.table.commit import CommitOutcome, CommitPolicy, commit_with_retry
+from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.scan import FooterCache, Scan
+from caslake.table.write import WriteOptions, as_reader, write_data_files
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What one committed operation did, and what it cost in store requests."""
+
+    version: int
+    commit_id: str
+    operation: str
+    attempts: int
+    files_added: int = 0
+    rows_added: int = 0
+    files_removed: int = 0
+    noop: bool = False
+    requests: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    version: int
+    created_at: datetime
+    operation: str
+    commit_id: str
+    manifest: str
+    params: dict[str, str]
+    summary: dict[str, int]
+    total_rows: int
+    total_files: int
+
+
+def _ts_to_ms(as_of: datetime | str | int | float) -> int:
+    if isinstance(as_of, int | float) and not isinstance(as_of, bool):
+        return int(as_of)
+    if isinstance(as_of, str):
+        try:
+            as_of = datetime.fromisoformat(as_of)
+        except ValueError:
+            raise InvalidArgument(f"as_of {as_of!r} is not an ISO-8601 timestamp") from None
+    if isinstance(as_of, datetime):
+        if as_of.tzinfo is None:
+            as_of = as_of.replace(tzinfo=UTC)
+        return int(as_of.timestamp() * 1000)
+    raise InvalidArgument(f"as_of must be a datetime, ISO string or epoch ms, not {as_of!r}")
+
+
+class Table:
+    def __init__(self, store: ObjectStore, snapshot: Snapshot, *,
+                 write_options: WriteOptions | None = None,
+                 commit_policy: CommitPolicy | None = None) -> None:
+        self.store = store
+        self.io = MetadataIO(store)
+        self.io.remember(snapshot.key, snapshot.manifest)
+        self._snapshot = snapshot
+        self.footers = FooterCache()
+        self.write_options = write_options or WriteOptions()
+        self.commit_policy = commit_policy or CommitPolicy()
+
+    @classmethod
+    def load(cls, store: ObjectStore, **kwargs: Any) -> Table:
+        """Open the table that lives in ``store`` (any ObjectStore, e.g. a wrapped one)."""
+        io = MetadataIO(store)
+        table = cls(store, io.latest(), **kwargs)
+        table.io = io
+        return table
+
+    # --- state ---------------------------------------------------------------------
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri
+
+    @property
+    def version(self) -> int:
+        return self._snapshot.version
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._snapshot.manifest.schema.to_arrow()
+
+    @property
+    def table_schema(self) -> TableSchema:
+        return self._snapshot.manifest.schema
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def refresh(self) -> Table:
+        self._snapshot = self.io.latest()
+        return self
+
+    def _resolve(self, version: int | None, as_of: datetime | str | int | None) -> Snapshot:
+        if version is not None and as_of is not None:
+            raise InvalidArgument("give either version or as_of, not both")
+        head = self.io.latest()
+        self._snapshot = head
+        if version is not None:
+            return self.io.at_version(head, version)
+        if as_of is not None:
+            return self.io.as_of(head, _ts_to_ms(as_of))
+        return head
+
+    # --- reads ---------------------------------------------------------------------
+
+    def scan(self, columns: Sequence[str] | None = None, where: str | Expr | None = None,
+             version: int | None = None, as_of: datetime | str | int | None = None) -> Scan:
+        """Pin a snapshot (latest, or by version / timestamp) and plan a read of it."""
+        return Scan(self.io, self.footers, self._resolve(version, as_of), columns, where)
+
+    def to_arrow(self, **kwargs: Any) -> pa.Table:
+        return self.scan(**kwargs).to_arrow()
+
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        head = self._resolve(None, None)
+        out = []
+        for s in self.io.history(head, limit):
+            m = s.manifest
+            out.append(HistoryEntry(
+                version=m.version, created_at=datetime.fromtimestamp(m.created_at_ms / 1000, UTC),
+                operation=m.operation, commit_id=m.commit_id, manifest=s.key,
+                params=dict(m.operation_params), summary=dict(m.summary),
+                total_rows=m.totals.rows, total_files=m.totals.files))
+        return out
+
+    # --- writes --------------------------------------------------------------------
+
+    def _commit(self, operation: str, prepare: Any) -> tuple[CommitOutcome, dict[str, int]]:
+        before = self.store.counters.snapshot()
+        outcome = commit_with_retry(self.io, prepare, policy=self.commit_policy)
+        self._snapshot = outcome.snapshot
+        after = self.store.counters.snapshot()
+        return outcome, {k: after.get(k, 0) - before.get(k, 0) for k in after}
+
+    def append(self, data: Any, *, txn: tuple[str, int] | None = None,
+               params: dict[str, str] | None = None) -> CommitResult:
+        """Write ``data`` as new data files and commit them as exactly one new version."""
+        return self._write("append", data, remove_all=False, txn=txn, params=params)
+
+    def overwrite(self, data: Any, *, txn: tuple[str, int] | None = None,
+                  params: dict[str, str] | None = None) -> CommitResult:
+        """Replace every row with ``data`` in one version.
+
+        Conflicts (``CommitConflict``) with any commit that lands between
+        planning and committing, so concurrent rows are never silently dropped."""
+        return self._write("overwrite", data, remove_all=True, txn=txn, params=params)
+
+    def _write(self, operation: str, data: Any, *, remove_all: bool,
+               txn: tuple[str, int] | None, params: dict[str, str] | None) -> CommitResult:
+        before = self.store.counters.snapshot()
+        start = self.io.latest() if remove_all or txn else self._snapshot
+        if txn is not None and start.manifest.txns.get(txn[0], -1) >= txn[1]:
+            return CommitResult(start.version, start.manifest.commit_id, operation, 0, noop=True)
+        files = write_data_files(self.store, as_reader(data), start.manifest.schema,
+                                 self.write_options)
+        if not files and not remove_all:
+            return CommitResult(self.version, "", operation, 0, noop=True)
+
+        def prepare(base: Snapshot) -> Changes | None:
+            if txn is not None and base.manifest.txns.get(txn[0], -1) >= txn[1]:
+                return None  # the same (app id, version) already landed: idempotent no-op
+            if base.manifest.schema != start.manifest.schema:
+                from caslake.errors import CommitConflict
+
+                raise CommitConflict("the table schema changed during the write",
+                                     help="re-run the write against the new schema")
+            return Changes(operation, add_files=tuple(files), remove_all=remove_all,
+                           params=dict(params or {}), txn=txn,
+                           requires_version=start.version if remove_all else None)
+
+        outcome = commit_with_retry(self.io, prepare, policy=self.commit_policy)
+        self._snapshot = outcome.snapshot
+        after = self.store.counters.snapshot()
+        m = outcome.snapshot.manifest
+        return CommitResult(
+            version=m.version, commit_id=outcome.commit_id, operation=operation,
+            attempts=outcome.attempts, files_added=0 if outcome.noop else len(files),
+            rows_added=0 if outcome.noop else sum(f.row_count for f in files),
+            files_removed=m.summary.get("removed_files", 0) if not outcome.noop else 0,
+            noop=outcome.noop,
+            requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
+
+    def describe(self) -> dict[str, Any]:
+        snap = self._resolve(None, None)
+        m = snap.manifest
+        files = self.io.live_files(snap)
+        return {
+            "uri": self.uri, "table_id": m.table_id, "version": m.version,
+            "created_at": format_ts(m.created_at_ms), "operation": m.operation,
+            "schema": [f.to_json() for f in m.schema.fields],
+            "files": len(files), "rows": m.totals.rows, "bytes": m.totals.bytes,
+            "tombstones": 0,
+            "metadata": {"inline_entries": len(m.files), "segments": len(m.segments),
+                         "removed_entries": len(m.removed)},
+            "data_files": [{"path": f.path, "rows": f.row_count, "bytes": f.size,
+                            "row_groups": f.row_group_count, "deleted_rows": 0}
+                           for f in files],
+        }
+
+
+def create_table(uri: str, schema: pa.Schema, *, storage_options: dict[str, str] | None = None,
+                 properties: dict[str, str] | None = None,
+                 write_options: WriteOptions | None = None) -> Table:
+    """Create an empty table (version 0).  Raises TableAlreadyExists."""
+    if not isinstance(schema, pa.Schema):
+        raise InvalidArgument(f"schema must be a pyarrow.Schema, not {type(schema).__name__}")
+    store = open_store(uri, storage_options)
+    table_schema = TableSchema.from_arrow(schema)
+    if store.exists(POINTER_KEY):
+        raise TableAlreadyExists(f"a table already exists at {store.uri}")
+    commit_id, token = new_token(), new_token()
+    manifest = Manifest(table_id=new_token(), version=0, parent=None, commit_id=commit_id,
+                        created_at_ms=int(time.time() * 1000), operation="create",
+                        schema=table_schema, properties=dict(properties or {}))
+    key = manifest_key(0, token)
+    store.put(key, manifest.to_bytes(), mode=PutMode.CREATE)
+    pointer = Pointer(manifest.table_id, 0, key, commit_id)
+    try:
+        store.put(POINTER_KEY, pointer.to_bytes(), mode=PutMode.CREATE)
+    except (AlreadyExists, StoreError) as err:
+        # Settle by reading back: only our commit id means we created it.
+        try:
+            io = MetadataIO(store)
+            current, _ = io.read_pointer()
+        except (TableNotFound, StoreError):
+            raise err from None
+        if current.commit_id != commit_id:
+            store.delete(key)  # the slot is provably someone else's: our manifest is an orphan
+            raise TableAlreadyExists(f"a table already exists at {store.uri}") from None
+    return Table(store, Snapshot(manifest, key), write_options=write_options)
+
+
+def open_table(uri: str, *, storage_options: dict[str, str] | None = None,
+               write_options: WriteOptions | None = None) -> Table:
+    """Open an existing table at its latest version.  Raises TableNotFound."""
+    return Table.load(open_store(uri, storage_options), write_options=write_options)

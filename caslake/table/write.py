@@ -1,0 +1,269 @@
+"""Turning Arrow data into immutable Parquet data files on the store.
+
+Owns: conforming input to the table schema (``SchemaMismatch`` names the
+column and both types), streaming a RecordBatchReader into zstd Parquet files
+of a target size with row groups of a target size, uploading each finished
+file create-only, and taking each file's statistics from the writer's own
+metadata (the file is never read back).
+Memory is bounded by one file buffer plus one row group of pending rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from caslake.errors import InvalidArgument, SchemaMismatch
+from caslake.format.keys import data_file_key
+from caslake.format.manifest import DataFile
+from caslake.format.schema import TableSchema
+from caslake.format.stats import file_stats
+from caslake.store.base import ObjectStore, PutMode
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    target_file_size: int = 256 * MiB
+    row_group_size: int = 8 * MiB  # target compressed bytes per row group
+    compression: Any = "zstd"  # any codec pyarrow.parquet accepts
+    compression_level: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.target_file_size <= 0 or self.row_group_size <= 0:
+            raise InvalidArgument("target_file_size and row_group_size must be positive")
+
+
+def as_reader(data: Any) -> pa.RecordBatchReader:
+    """Accept a Table, RecordBatch, RecordBatchReader or pandas DataFrame."""
+    if isinstance(data, pa.RecordBatchReader):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatchReader.from_batches(data.schema, [data])
+    if isinstance(data, pa.Table):
+        return data.to_reader()
+    if type(data).__module__.startswith("pandas"):
+        table = pa.Table.from_pandas(data, preserve_index=False)
+        return table.to_reader()
+    raise InvalidArgument(
+        f"cannot append {type(data).__name__}: pass a pyarrow Table, RecordBatch, "
+        "RecordBatchReader or a pandas DataFrame")
+
+
+def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Lossless promotions accepted on append; anything else is a SchemaMismatch."""
+    if src == dst:
+        return True
+    strings = (pa.string(), pa.large_string())
+    binaries = (pa.binary(), pa.large_binary())
+    if (src in strings and dst in strings) or (src in binaries and dst in binaries):
+        return True
+    if pa.types.is_null(src):
+        return True
+    if pa.types.is_integer(src) and pa.types.is_integer(dst):
+        signed_ok = pa.types.is_signed_integer(dst) or not pa.types.is_signed_integer(src)
+        widen = src.bit_width < dst.bit_width or (
+            src.bit_width == dst.bit_width and pa.types.is_signed_integer(src)
+            == pa.types.is_signed_integer(dst))
+        extra = 0 if pa.types.is_signed_integer(src) == pa.types.is_signed_integer(dst) else 1
+        return bool(signed_ok and widen and (src.bit_width + extra <= dst.bit_width))
+    if pa.types.is_floating(src) and pa.types.is_floating(dst):
+        return bool(src.bit_width <= dst.bit_width)
+    if pa.types.is_timestamp(src) and pa.types.is_timestamp(dst):
+        return bool(src.unit == dst.unit and src.tz == dst.tz)
+    return False
+
+
+class SchemaConformer:
+    """Checks an input schema once, then reorders/casts each batch to the table schema."""
+
+    def __init__(self, table_schema: pa.Schema, input_schema: pa.Schema) -> None:
+        self.target = table_schema
+        names = set(input_schema.names)
+        if len(names) != len(input_schema.names):
+            raise SchemaMismatch("the data has duplicate column names")
+        for f in input_schema:
+            if f.name not in table_schema.names:
+                raise SchemaMismatch(
+                    f"column {f.name!r} ({f.type}) is not in the table schema "
+                    f"(columns: {', '.join(table_schema.names)})", column=f.name,
+                    actual=str(f.type))
+        self.plan: list[tuple[pa.Field[Any], pa.Field[Any] | None]] = []
+        for tf in table_schema:
+            if tf.name not in names:
+                if not tf.nullable:
+                    raise SchemaMismatch(f"column {tf.name!r} ({tf.type}, not null) is missing "
+                                         "from the data", column=tf.name, expected=str(tf.type))
+                self.plan.append((tf, None))
+                continue
+            sf = input_schema.field(tf.name)
+            if not _castable(sf.type, tf.type):
+                raise SchemaMismatch(
+                    f"column {tf.name!r} has type {sf.type} in the data but {tf.type} in the "
+                    "table", column=tf.name, expected=str(tf.type), actual=str(sf.type))
+            self.plan.append((tf, sf))
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        arrays = []
+        for tf, sf in self.plan:
+            if sf is None:
+                arrays.append(pa.nulls(batch.num_rows, type=tf.type))
+                continue
+            arr = batch.column(sf.name)
+            if arr.type != tf.type:
+                arr = arr.cast(tf.type, safe=True)
+            if not tf.nullable and arr.null_count:
+                raise SchemaMismatch(f"column {tf.name!r} is not nullable but the data has "
+                                     f"{arr.null_count} null(s)", column=tf.name,
+                                     expected=str(tf.type), actual=str(arr.type))
+            arrays.append(arr)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.target)
+
+
+def _take_rows(pending: list[pa.RecordBatch], n: int) -> tuple[pa.Table, list[pa.RecordBatch]]:
+    taken: list[pa.RecordBatch] = []
+    rest: list[pa.RecordBatch] = []
+    need = n
+    for b in pending:
+        if need <= 0:
+            rest.append(b)
+        elif b.num_rows <= need:
+            taken.append(b)
+            need -= b.num_rows
+        else:
+            taken.append(b.slice(0, need))
+            rest.append(b.slice(need))
+            need = 0
+    return pa.Table.from_batches(taken, schema=pending[0].schema), rest
+
+
+class _FileBuilder:
+    """One Parquet file being written to a local staging file (bounded memory)."""
+
+    def __init__(self, schema: pa.Schema, options: WriteOptions, staging_dir: str | None) -> None:
+        fd, self.path = tempfile.mkstemp(suffix=".parquet.tmp", dir=staging_dir)
+        os.close(fd)
+        self.sink = pa.OSFile(self.path, "wb")
+        self.writer = pq.ParquetWriter(self.sink, schema, compression=options.compression,
+                                       compression_level=options.compression_level,
+                                       write_statistics=True)
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> int:
+        """Write one row group; return the bytes it added to the file."""
+        before = self.sink.tell()
+        self.writer.write_table(table, row_group_size=max(1, table.num_rows))
+        self.rows += table.num_rows
+        return int(self.sink.tell() - before)
+
+    def size(self) -> int:
+        return int(self.sink.tell())
+
+    def finish(self) -> tuple[int, int, pq.FileMetaData]:
+        """Close the file; return its size, footer size and metadata."""
+        self.writer.close()
+        self.sink.close()
+        with open(self.path, "rb") as f:
+            f.seek(-8, os.SEEK_END)
+            tail = f.read(8)
+            size = f.tell()
+        if tail[4:] != b"PAR1":
+            raise OSError(f"pyarrow wrote no Parquet footer to {self.path}")
+        footer_len = struct.unpack("<I", tail[:4])[0]
+        return size, footer_len + 8, self.writer.writer.metadata
+
+    def discard(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+        with contextlib.suppress(Exception):
+            self.sink.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.RecordBatchReader,
+                     schema: TableSchema, options: WriteOptions) -> list[DataFile]:
+    """Write the batches as one or more Parquet files; return their manifest entries.
+
+    Each file is built in a local staging file and uploaded create-only when it
+    reaches the target size, so memory holds at most one row group of rows.
+    If anything fails, files already uploaded stay as unreferenced orphans for
+    GC; they are never visible.
+    """
+    arrow_schema = schema.to_arrow()
+    columns = {f.name: f.arrow_type for f in schema.fields}
+    reader = data if isinstance(data, pa.RecordBatchReader) else None
+    conform = SchemaConformer(arrow_schema, reader.schema) if reader is not None else None
+    staging = store.staging_dir()
+    out: list[DataFile] = []
+    builder: _FileBuilder | None = None
+    pending: list[pa.RecordBatch] = []
+    pending_rows = 0
+    rows_per_group = 0
+
+    def flush_file() -> None:
+        nonlocal builder
+        if builder is None:
+            return
+        done, builder = builder, None
+        if done.rows == 0:
+            done.discard()
+            return
+        try:
+            size, footer_size, md = done.finish()
+            key = data_file_key()
+            etag = store.put_file(key, done.path, mode=PutMode.CREATE)
+        finally:
+            done.discard()
+        stats_by_name = file_stats(md, columns)
+        stats = {schema.field(n).id: st for n, st in stats_by_name.items() if st}
+        out.append(DataFile(path=key, size=size, etag=etag, row_count=md.num_rows,
+                            row_group_count=md.num_row_groups, footer_size=footer_size,
+                            stats=stats))
+
+    def write_group(table: pa.Table) -> None:
+        nonlocal builder, rows_per_group
+        if builder is None:
+            builder = _FileBuilder(arrow_schema, options, staging)
+        written = builder.write(table)
+        # Size row groups by their *compressed* bytes, learnt from what was written.
+        per_row = max(written / table.num_rows, 1e-3)
+        rows_per_group = max(1, int(options.row_group_size / per_row))
+        if builder.size() >= options.target_file_size:
+            flush_file()
+
+    try:
+        batches: Iterator[pa.RecordBatch] = iter(reader if reader is not None else data)
+        for batch in batches:
+            if conform is None:
+                conform = SchemaConformer(arrow_schema, batch.schema)
+            batch = conform(batch)
+            if batch.num_rows == 0:
+                continue
+            if rows_per_group == 0:
+                # First guess from the Arrow size, assuming ~2x compression.
+                per_row_arrow = max(1, batch.nbytes // batch.num_rows)
+                rows_per_group = max(1, 2 * options.row_group_size // per_row_arrow)
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            while pending_rows >= rows_per_group:
+                group, pending = _take_rows(pending, rows_per_group)
+                pending_rows -= group.num_rows
+                write_group(group)
+        if pending_rows:
+            group, pending = _take_rows(pending, pending_rows)
+            write_group(group)
+        flush_file()
+    finally:
+        if builder is not None:
+            builder.discard()
+    return out

@@ -1,0 +1,101 @@
+"""Shared fixtures: a moto S3 server for the session, fresh buckets, and stores.
+
+* ``moto_server`` -- session-scoped ``python -m moto.server`` on a free
+  loopback port; yields its endpoint URL.
+* ``s3_options`` -- storage options (dummy credentials) for that server.
+* ``s3_uri`` -- ``s3://<fresh bucket>/<prefix>`` per test.
+* ``any_store_uri`` -- ``(uri, storage_options)`` for each backend
+  (memory, local, s3); the s3 parameter carries ``pytest.mark.s3``.
+* ``open_test_store`` -- factory: ``open_test_store(kind)`` -> a fresh store.
+* ``any_store`` -- a fresh store of each backend.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from caslake.store import ObjectStore, open_store
+from caslake.testing.moto_server import DUMMY_KEY_ID, DUMMY_SECRET, REGION, run_moto_server
+from caslake.testing.moto_server import storage_options as moto_storage_options
+
+STORE_KINDS = ["memory", "local", "s3"]
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """Endpoint URL of a moto S3 server running for the whole session."""
+    with run_moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def s3_options(moto_server: str) -> dict[str, str]:
+    """Storage options for the moto server (dummy credentials, plain http)."""
+    return moto_storage_options(moto_server)
+
+
+def make_bucket(endpoint: str) -> str:
+    """Create a fresh, uniquely named bucket on ``endpoint``; return its name."""
+    name = f"caslake-test-{uuid.uuid4().hex[:16]}"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name=REGION,
+                          aws_access_key_id=DUMMY_KEY_ID, aws_secret_access_key=DUMMY_SECRET)
+    client.create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def s3_uri(moto_server: str) -> str:
+    """``s3://<fresh bucket>/tables/t`` on the moto server."""
+    return f"s3://{make_bucket(moto_server)}/tables/t"
+
+
+def _store_uri(kind: str, request: pytest.FixtureRequest, tmp_path: Path
+               ) -> tuple[str, dict[str, str]]:
+    if kind == "memory":
+        return f"memory://{uuid.uuid4().hex}", {}
+    if kind == "local":
+        return str(tmp_path / f"store-{uuid.uuid4().hex[:8]}"), {}
+    if kind == "s3":
+        endpoint = request.getfixturevalue("moto_server")
+        options = request.getfixturevalue("s3_options")
+        return f"s3://{make_bucket(endpoint)}/tables/t", dict(options)
+    raise ValueError(f"unknown store kind {kind!r}")
+
+
+_KIND_PARAMS = [pytest.param(k, marks=pytest.mark.s3) if k == "s3" else k for k in STORE_KINDS]
+
+
+@pytest.fixture(params=_KIND_PARAMS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """One of "memory", "local", "s3" (the last marked ``s3``)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def any_store_uri(store_kind: str, request: pytest.FixtureRequest,
+                  tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """``(uri, storage_options)`` of an empty store, once per backend."""
+    return _store_uri(store_kind, request, tmp_path)
+
+
+@pytest.fixture
+def open_test_store(request: pytest.FixtureRequest,
+                    tmp_path: Path) -> Callable[[str], ObjectStore]:
+    """Factory: ``open_test_store("memory" | "local" | "s3")`` -> a fresh, empty store."""
+
+    def factory(kind: str) -> ObjectStore:
+        uri, options = _store_uri(kind, request, tmp_path)
+        return open_store(uri, options)
+
+    return factory
+
+
+@pytest.fixture
+def any_store(store_kind: str, open_test_store: Callable[[str], ObjectStore]) -> ObjectStore:
+    """A fresh, empty store, once per backend."""
+    return open_test_store(store_kind)

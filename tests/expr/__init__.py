@@ -1,0 +1,1 @@
+"""Tests of caslake.expr: parsing, binding, Arrow evaluation and statistics pruning."""
