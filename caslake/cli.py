@@ -144,8 +144,17 @@ def cmd_create(args: argparse.Namespace, out: TextIO) -> int:
 def _parse_schema_arg(text: str) -> pa.Schema:
     from caslake.format.schema import type_from_str
 
+    parts: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(text):  # split on commas outside [...] and (...)
+        depth += ch in "[("
+        depth -= ch in "])"
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
     fields = []
-    for part in text.split(","):
+    for part in parts:
         if ":" not in part:
             raise InvalidArgument(f"schema entry {part!r} must look like name:type")
         name, typ = (s.strip() for s in part.split(":", 1))

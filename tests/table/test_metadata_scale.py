@@ -1,0 +1,94 @@
+"""Manifests scale: segment references, folding and removals keep the live file set
+exact while the root stays small (docs/format.md, "Segments")."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import uuid
+
+import pyarrow as pa
+
+import caslake
+from caslake.format.manifest import DataFile
+from caslake.store.base import PUT
+from caslake.table.changes import FANOUT, INLINE_LIMIT, Changes
+from caslake.table.commit import commit_with_retry
+
+SCHEMA = pa.schema([("id", pa.int64())])
+
+
+def fake_file(i: int) -> DataFile:
+    return DataFile(path=f"data/x/{i:08d}.parquet", size=100 + i, etag=f'"{i:x}"', row_count=10,
+                    row_group_count=1, footer_size=50, stats={1: {"min": i, "max": i}})
+
+
+def commit(t: caslake.Table, add: list[DataFile], remove: list[DataFile] = ()) -> None:  # type: ignore[assignment]
+    commit_with_retry(t.io, lambda base: Changes("append", add_files=tuple(add),
+                                                 remove_files=tuple(remove)))
+
+
+def live_paths(t: caslake.Table, version: int | None = None) -> list[str]:
+    head = t.io.latest()
+    snap = head if version is None else t.io.at_version(head, version)
+    return [f.path for f in t.io.live_files(snap)]
+
+
+def test_many_single_file_commits_keep_a_small_root() -> None:
+    t = caslake.create_table(f"memory://{uuid.uuid4().hex}", SCHEMA)
+    n = 1500
+    root_bytes = []
+    for i in range(n):
+        before = t.store.counters.snapshot().get("bytes_out", 0)
+        commit(t, [fake_file(i)])
+        root_bytes.append(t.store.counters.snapshot()["bytes_out"] - before)
+    m = t.io.latest().manifest
+    assert live_paths(t) == [fake_file(i).path for i in range(n)]  # all files, in order
+    assert m.totals.files == n and m.totals.rows == 10 * n
+    # The root lists O(FANOUT * log n) segments and a bounded inline list.
+    assert len(m.segments) <= FANOUT * 3
+    assert any(s.file_count > INLINE_LIMIT * FANOUT for s in m.segments)  # folds happened
+    assert len(m.files) <= INLINE_LIMIT * FANOUT * FANOUT
+    # A typical commit writes no more at 1,500 files than at 100 (folds are amortised).
+    early, late = statistics.median(root_bytes[50:150]), statistics.median(root_bytes[-100:])
+    assert late < 2 * early, (early, late)
+    # Time travel through segment references sees exactly the prefix.
+    for v in random.Random(1).sample(range(1, n + 1), 25):
+        assert live_paths(t, v) == [fake_file(i).path for i in range(v)]
+
+
+def test_removals_into_segments_are_exact_and_cleaned_by_folds() -> None:
+    t = caslake.create_table(f"memory://{uuid.uuid4().hex}", SCHEMA)
+    rng = random.Random(7)
+    model: dict[str, DataFile] = {}
+    nxt = 0
+    for step in range(700):
+        add = [fake_file(nxt + k) for k in range(rng.choice([1, 1, 1, 5, 40]))]
+        nxt += len(add)
+        remove = rng.sample(sorted(model.values(), key=lambda f: f.path),
+                            k=min(len(model), rng.choice([0, 0, 0, 1, 3, 30])))
+        commit(t, add, remove)
+        for f in remove:
+            del model[f.path]
+        model.update({f.path: f for f in add})
+        if step % 50 == 0:
+            assert sorted(live_paths(t)) == sorted(model)
+    m = t.io.latest().manifest
+    assert sorted(live_paths(t)) == sorted(model)
+    assert m.totals.files == len(model)
+    assert m.totals.bytes == sum(f.size for f in model.values())
+    # Invariant: `removed` names only files that live in a referenced segment.
+    in_segments = {f.path for s in t.io.load_manifests(x.manifest for x in m.segments)
+                   for f in s.files}
+    assert m.removed <= in_segments
+    assert not (m.removed & {f.path for f in m.files})
+
+
+def test_appending_real_files_costs_constant_puts_as_metadata_grows() -> None:
+    t = caslake.create_table(f"memory://{uuid.uuid4().hex}", SCHEMA)
+    commit(t, [fake_file(i) for i in range(5000)])  # a big table's worth of entries
+    t.refresh()
+    t.store.counters.reset()
+    res = t.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
+    assert res.requests[PUT] == 3
+    assert t.scan(version=res.version).snapshot.manifest.totals.files == 5001
