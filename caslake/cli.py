@@ -211,6 +211,19 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
+    table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
+    res = table.delete(args.where)
+    if res.noop:
+        out.write(f"deleted 0 rows; no new version (table stays at version {res.version}) "
+                  f"({_requests(res.requests)})\n")
+    else:
+        out.write(f"deleted {res.rows_deleted:,} rows as version {res.version} "
+                  f"({res.tombstones_added} tombstone, {res.files_removed} file(s) dropped; "
+                  f"{_requests(res.requests)})\n")
+    return 0
+
+
 def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
     table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
     entries = table.history(limit=args.limit)
@@ -222,6 +235,7 @@ def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
         "created_at": [e.created_at.isoformat(timespec="milliseconds") for e in entries],
         "operation": [e.operation for e in entries],
         "rows_added": [e.summary.get("added_rows", 0) for e in entries],
+        "rows_deleted": [e.summary.get("deleted_rows", 0) for e in entries],
         "total_rows": [e.total_rows for e in entries],
         "total_files": [e.total_files for e in entries],
         "commit_id": [e.commit_id[:12] for e in entries],
@@ -238,7 +252,8 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     out.write(f"table      {info['uri']}\n")
     out.write(f"version    {info['version']} ({info['operation']} at {info['created_at']})\n")
-    out.write(f"rows       {info['rows']:,}\n")
+    out.write(f"rows       {info['rows']:,} ({info['deleted_rows']:,} deleted rows still "
+              "stored)\n")
     out.write(f"files      {info['files']:,} ({info['bytes']:,} bytes)\n")
     out.write(f"tombstones {info['tombstones']}\n")
     out.write("schema     " + ", ".join(f"{f['name']}:{f['type']}" for f in info["schema"]) + "\n")
@@ -290,6 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print JSON rows")
     s.add_argument("--plan", action="store_true", help="print what would be read, as JSON")
     s.set_defaults(fn=cmd_scan)
+
+    d = table_cmd("delete", "delete rows matching a predicate (writes a tombstone, no rewrite)")
+    d.add_argument("--where", required=True, help="SQL predicate of the rows to delete")
+    d.set_defaults(fn=cmd_delete)
 
     h = table_cmd("history", "list versions, newest first")
     h.add_argument("--limit", type=int)

@@ -53,6 +53,14 @@ def test_create_from_parquet_then_append_csv_scan_history_show(tmp_path: Path,
     code, out = run("show", uri)
     assert code == 0 and "rows       102" in out and "tombstones 0" in out
     assert caslake.open_table(uri).scan().count() == 102
+    code, out = run("delete", uri, "--where", "user = 'u1' AND id < 50")
+    assert code == 0 and "deleted 10 rows as version 3" in out and "PUT" in out
+    code, out = run("delete", uri, "--where", "id = 123456")
+    assert code == 0 and "deleted 0 rows; no new version" in out
+    code, out = run("show", uri)
+    assert "rows       92 (10 deleted rows still stored)" in out and "tombstones 1" in out
+    assert "10.0%" in out  # share of deleted rows in the first file
+    assert caslake.open_table(uri).scan().count() == 92
 
 
 def test_create_with_explicit_schema(tmp_path: Path) -> None:

@@ -23,7 +23,12 @@ from typing import Any, TypeVar
 
 from caslake.errors import CorruptMetadata, UnsupportedFormatVersion
 from caslake.format import FORMAT_VERSION
-from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, check_relative_key
+from caslake.format.keys import (
+    DATA_PREFIX,
+    MANIFEST_PREFIX,
+    TOMBSTONE_PREFIX,
+    check_relative_key,
+)
 from caslake.format.schema import Field, TableSchema, type_from_str
 
 POINTER_FORMAT = "caslake.pointer"
@@ -81,13 +86,34 @@ class AncestorRef:
 
 
 @dataclass(frozen=True)
+class TombstoneRef:
+    """A tombstone object and, for each live data file it deletes from, how many
+    rows it deletes there that no earlier tombstone had deleted."""
+
+    path: str
+    size: int
+    etag: str
+    files: Mapping[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "etag": self.etag,
+                "files": dict(sorted(self.files.items()))}
+
+
+@dataclass(frozen=True)
 class Totals:
     files: int
-    rows: int
+    rows: int  # rows stored in the live data files
     bytes: int
+    deleted_rows: int = 0  # of those, rows deleted by tombstones
+
+    @property
+    def live_rows(self) -> int:
+        return self.rows - self.deleted_rows
 
     def to_json(self) -> dict[str, int]:
-        return {"files": self.files, "rows": self.rows, "bytes": self.bytes}
+        return {"files": self.files, "rows": self.rows, "bytes": self.bytes,
+                "deleted_rows": self.deleted_rows}
 
 
 @dataclass(frozen=True)
@@ -102,6 +128,7 @@ class Manifest:
     files: tuple[DataFile, ...] = ()
     segments: tuple[SegmentRef, ...] = ()
     removed: frozenset[str] = frozenset()
+    tombstones: tuple[TombstoneRef, ...] = ()
     ancestors: tuple[AncestorRef, ...] = ()
     operation_params: Mapping[str, str] = field(default_factory=dict)
     summary: Mapping[str, int] = field(default_factory=dict)
@@ -129,6 +156,7 @@ class Manifest:
             "ancestors": [a.to_json() for a in self.ancestors],
             "segments": [s.to_json() for s in self.segments],
             "removed": sorted(self.removed),
+            "tombstones": [t.to_json() for t in self.tombstones],
             "files": [f.to_json() for f in self.files],
         }
 
@@ -332,6 +360,21 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         if reason:
             raise doc.error(f"removed[{i}]: {reason}")
         removed.append(str(raw))
+    tombstones = []
+    tomb_paths: set[str] = set()
+    for i, raw in doc.items("tombstones", optional=True):
+        tdoc = doc.child(f"tombstones[{i}]", raw)
+        tpath = tdoc.safe_key("path", TOMBSTONE_PREFIX)
+        if tpath in tomb_paths:
+            raise tdoc.error(f"tombstone {tpath!r} is listed twice")
+        tomb_paths.add(tpath)
+        tfiles = tdoc.string_map("files", int)
+        for fp, n in tfiles.items():
+            reason = check_relative_key(fp, prefix=DATA_PREFIX)
+            if reason or n < 0:
+                raise tdoc.error(reason or f"negative deleted-row count for {fp!r}")
+        tombstones.append(TombstoneRef(tpath, tdoc.nonneg("size"), tdoc.get("etag", str),
+                                       tfiles))
     version = doc.nonneg("version")
     parent = doc.get("parent", str, optional=True)
     if parent is not None:
@@ -346,9 +389,11 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         commit_id=doc.get("commit_id", str),
         created_at_ms=_guard(doc, partial(parse_ts, doc.get("created_at", str))),
         operation=doc.get("operation", str), schema=schema, files=files,
-        segments=tuple(segments), removed=frozenset(removed), ancestors=tuple(ancestors),
+        segments=tuple(segments), removed=frozenset(removed), tombstones=tuple(tombstones),
+        ancestors=tuple(ancestors),
         operation_params=doc.string_map("operation_params", str),
         summary=doc.string_map("summary", int), properties=doc.string_map("properties", str),
         txns=doc.string_map("txns", int),
-        totals=Totals(t.nonneg("files"), t.nonneg("rows"), t.nonneg("bytes")),
+        totals=Totals(t.nonneg("files"), t.nonneg("rows"), t.nonneg("bytes"),
+                      t.get("deleted_rows", int, optional=True, default=0)),
         format_version=fv)

@@ -29,7 +29,7 @@ from caslake.expr import ColumnStats
 JsonStats = dict[str, Any]  # {"min": v, "max": v, "nulls": n}; keys may be absent
 
 
-def _value_to_json(value: Any, t: pa.DataType) -> Any:
+def value_to_json(value: Any, t: pa.DataType) -> Any:
     """None means: do not record (unknown)."""
     if value is None:
         return None
@@ -126,7 +126,7 @@ def row_group_stats(md: pq.FileMetaData, rg: int, columns: dict[str, pa.DataType
         if t is None:
             continue
         lo, hi, nulls = _rg_column_stats(chunk.statistics)
-        if _value_to_json(lo, t) is None or _value_to_json(hi, t) is None:
+        if value_to_json(lo, t) is None or value_to_json(hi, t) is None:
             lo = hi = None
         out[name] = ColumnStats(min=lo, max=hi, null_count=nulls)
     return out
@@ -149,7 +149,7 @@ def file_stats(md: pq.FileMetaData, columns: dict[str, pa.DataType]) -> dict[str
                 if md.row_group(rg).num_rows > (cs.null_count or 0) or cs.null_count is None:
                     known_minmax[name] = False
                 continue
-            lo, hi = _value_to_json(cs.min, t), _value_to_json(cs.max, t)
+            lo, hi = value_to_json(cs.min, t), value_to_json(cs.max, t)
             if "min" not in entry or _less(lo, entry["min"], t):
                 entry["min"] = lo
             if "max" not in entry or _less(entry["max"], hi, t):

@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 
 from caslake.errors import CommitConflict
 from caslake.format.keys import manifest_key
-from caslake.format.manifest import AncestorRef, DataFile, Manifest, SegmentRef, Totals
+from caslake.format.manifest import (
+    AncestorRef,
+    DataFile,
+    Manifest,
+    SegmentRef,
+    TombstoneRef,
+    Totals,
+)
 from caslake.format.schema import TableSchema
 from caslake.table.metadata_io import Snapshot
 
@@ -39,6 +46,7 @@ class Changes:
     add_files: tuple[DataFile, ...] = ()
     remove_files: tuple[DataFile, ...] = ()
     remove_all: bool = False  # overwrite: the new version holds only add_files
+    add_tombstones: tuple[TombstoneRef, ...] = ()
     params: dict[str, str] = field(default_factory=dict)
     # Requirement: the commit is only valid on top of exactly this version.
     # A rebase onto any other version raises CommitConflict (overwrite uses it).
@@ -136,18 +144,39 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
                     folded.append(f)
         files = folded + files
 
+    # Tombstones: carry forward, forget files that left the table, add the new ones.
+    tombstones: list[TombstoneRef] = []
+    deleted = pruned = 0
+    if not changes.remove_all:
+        for ref in bm.tombstones:
+            kept = {p: n for p, n in ref.files.items() if p not in drop}
+            pruned += sum(n for p, n in ref.files.items() if p in drop)
+            if kept:
+                tombstones.append(ref if len(kept) == len(ref.files) else
+                                  TombstoneRef(ref.path, ref.size, ref.etag, kept))
+                deleted += sum(kept.values())
+    new_deleted = sum(n for ref in changes.add_tombstones for n in ref.files.values())
+    tombstones.extend(changes.add_tombstones)
+    totals = Totals(totals.files, totals.rows, totals.bytes, deleted + new_deleted)
+
     txns = dict(bm.txns)
     if changes.txn is not None:
         txns[changes.txn[0]] = changes.txn[1]
     summary = {"added_files": len(changes.add_files), "added_rows": added.rows,
                "added_bytes": added.bytes,
                "removed_files": (bm.totals.files if changes.remove_all
-                                 else len(changes.remove_files))}
+                                 else len(changes.remove_files)),
+               # rows this commit made invisible: new tombstones plus the still-live rows
+               # of files it removed
+               "deleted_rows": (new_deleted + sum(f.row_count for f in changes.remove_files)
+                                - pruned),
+               "added_tombstones": len(changes.add_tombstones)}
     manifest = Manifest(
         table_id=bm.table_id, version=version, parent=base.key, commit_id=commit_id,
         created_at_ms=max(created_at_ms, bm.created_at_ms + 1),  # commit times are monotonic
         operation=changes.operation, schema=schema or bm.schema, files=tuple(files),
-        segments=tuple(segments), removed=frozenset(removed), ancestors=_ancestors(base),
+        segments=tuple(segments), removed=frozenset(removed), tombstones=tuple(tombstones),
+        ancestors=_ancestors(base),
         operation_params=dict(changes.params), summary=summary, properties=bm.properties,
         txns=txns, totals=totals)
     return manifest_key(version, token), manifest

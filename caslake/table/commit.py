@@ -94,14 +94,15 @@ def _settle(io: MetadataIO, commit_id: str, version: int, policy: CommitPolicy) 
 def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | None], *,
                       policy: CommitPolicy = CommitPolicy(),
                       now_ms: Callable[[], int] = _now_ms,
-                      on_attempt: Callable[[str, int], None] | None = None) -> CommitOutcome:
+                      on_attempt: Callable[[str, int], None] | None = None,
+                      commit_id: str | None = None) -> CommitOutcome:
     """Commit the changes ``prepare(base)`` returns, rebasing until the pointer CAS wins.
 
     ``prepare`` returns None for "nothing to do" (no version is created).
     ``on_attempt(stage, attempt)`` is a hook for fault-injection tests.
     """
     store = io.store
-    commit_id = new_token()
+    commit_id = commit_id or new_token()
     for attempt in range(1, policy.max_attempts + 1):
         try:
             pointer, etag = io.read_pointer()

@@ -16,6 +16,7 @@ row groups, split to bound memory) with a small in-order prefetch window.
 from __future__ import annotations
 
 import io
+import itertools
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
@@ -23,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -31,8 +33,10 @@ from caslake.expr import Expr, compile_where, might_match, referenced_columns, t
 from caslake.format.manifest import DataFile
 from caslake.format.stats import row_group_stats, to_column_stats
 from caslake.store.base import GET_RANGE, ObjectStore
+from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.table.metadata_io import MetadataIO, Snapshot
 
+POSITION = "__pos"
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 PREFETCH_UNITS = 4
 
@@ -80,6 +84,12 @@ class FileTask:
     footer: pq.FileMetaData
     row_groups: list[int]
     bytes_to_read: int
+    columns: list[str]  # read: projection + predicate + key-range columns of the mask
+    starts: list[int]  # file position of each row group's first row
+    mask: DeletionMask | None = None
+
+    def spans(self, groups: Sequence[int]) -> list[tuple[int, int, int]]:
+        return [(rg, self.starts[rg], self.footer.row_group(rg).num_rows) for rg in groups]
 
 
 @dataclass
@@ -88,10 +98,12 @@ class ScanPlan:
     files_total: int
     files_pruned: int
     row_groups_total: int
-    row_groups_pruned: int
+    row_groups_pruned: int  # by statistics, or wholly deleted
     bytes_to_read: int
     columns: list[str]
     tasks: list[FileTask] = field(default_factory=list)
+    tombstones_loaded: int = 0
+    row_groups_deleted: int = 0
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -102,6 +114,8 @@ class ScanPlan:
                            "read": sum(len(t.row_groups) for t in self.tasks)},
             "bytes_to_read": self.bytes_to_read,
             "columns": self.columns,
+            "tombstones_loaded": self.tombstones_loaded,
+            "row_groups_deleted": self.row_groups_deleted,
             "files_read": [{"path": t.file.path, "row_groups": t.row_groups,
                             "bytes": t.bytes_to_read} for t in self.tasks],
         }
@@ -161,10 +175,12 @@ class Scan:
     """A planned read of one snapshot.  Build it with ``Table.scan``."""
 
     def __init__(self, io_: MetadataIO, footers: FooterCache, snapshot: Snapshot,
-                 columns: Sequence[str] | None, where: str | Expr | None) -> None:
+                 columns: Sequence[str] | None, where: str | Expr | None,
+                 tombstones: TombstoneCache | None = None) -> None:
         self._io = io_
         self._store = io_.store
         self._footers = footers
+        self._tombstones = tombstones or TombstoneCache()
         self.snapshot = snapshot
         schema = snapshot.manifest.schema
         self._arrow_schema = schema.to_arrow()
@@ -202,14 +218,27 @@ class Scan:
     def plan(self) -> ScanPlan:
         if self._plan is not None:
             return self._plan
+        manifest = self.snapshot.manifest
         files = self._io.live_files(self.snapshot)
         kept = [f for f in files if f.row_count > 0 and self._file_might_match(f)]
+        masks = load_masks(self._store, self._tombstones, manifest.tombstones,
+                           {f.path: f for f in files}, [f.path for f in kept], manifest.schema)
+        tombstones_loaded = sum(1 for ref in manifest.tombstones
+                                if any(f.path in ref.files for f in kept))
         footers = self._fetch_footers(kept)
-        types = {f.name: f.arrow_type for f in self.snapshot.manifest.schema.fields}
+        types = {f.name: f.arrow_type for f in manifest.schema.fields}
         tasks: list[FileTask] = []
-        rg_total = rg_pruned = 0
+        rg_total = rg_pruned = rg_deleted = 0
         for f, md in zip(kept, footers, strict=True):
-            col_idx = _column_indexes(md, self._read_columns, f.path)
+            mask = masks.get(f.path)
+            # Read at least one column, so row counts survive a predicate-only read.
+            columns = self._read_columns or manifest.schema.names[:1]
+            if mask is not None and mask.key_columns() - set(columns):
+                columns = [n for n in manifest.schema.names
+                           if n in set(columns) | mask.key_columns()]
+            col_idx = _column_indexes(md, columns, f.path)
+            starts = list(itertools.accumulate(
+                (md.row_group(i).num_rows for i in range(md.num_row_groups)), initial=0))[:-1]
             groups = []
             nbytes = 0
             for rg in range(md.num_row_groups):
@@ -219,17 +248,22 @@ class Scan:
                         self._bound, row_group_stats(md, rg, types), n)):
                     rg_pruned += 1
                     continue
+                if mask is not None and mask.group_fully_deleted(rg, starts[rg], n):
+                    rg_pruned += 1
+                    rg_deleted += 1
+                    continue
                 groups.append(rg)
                 nbytes += sum(e - s for s, e in (chunk_range(md, rg, i) for i in col_idx))
             if groups:
-                tasks.append(FileTask(f, md, groups, nbytes))
+                tasks.append(FileTask(f, md, groups, nbytes, columns, starts, mask))
         rg_total += sum(f.row_group_count for f in files if f not in kept)
         rg_pruned += sum(f.row_group_count for f in files if f not in kept)
         self._plan = ScanPlan(version=self.snapshot.version, files_total=len(files),
                               files_pruned=len(files) - len(kept), row_groups_total=rg_total,
                               row_groups_pruned=rg_pruned,
                               bytes_to_read=sum(t.bytes_to_read for t in tasks),
-                              columns=self.columns, tasks=tasks)
+                              columns=self.columns, tasks=tasks,
+                              tombstones_loaded=tombstones_loaded, row_groups_deleted=rg_deleted)
         return self._plan
 
     def _fetch_footers(self, files: list[DataFile]) -> list[pq.FileMetaData]:
@@ -242,7 +276,7 @@ class Scan:
 
     def _units(self) -> Iterator[tuple[FileTask, list[int]]]:
         for t in self.plan().tasks:
-            col_idx = _column_indexes(t.footer, self._read_columns, t.file.path)
+            col_idx = _column_indexes(t.footer, t.columns, t.file.path)
             group: list[int] = []
             size = 0
             for rg in t.row_groups:
@@ -262,7 +296,7 @@ class Scan:
         ranged read of the chunk bytes); elsewhere the chunks are fetched with
         coalesced, parallel range GETs pinned by ETag and served from memory."""
         md = task.footer
-        col_idx = _column_indexes(md, self._read_columns, task.file.path)
+        col_idx = _column_indexes(md, task.columns, task.file.path)
         ranges = [chunk_range(md, rg, i) for rg in groups for i in col_idx]
         path = self._store.local_path(task.file.path, etag=task.file.etag)
         if path is not None:
@@ -273,16 +307,34 @@ class Scan:
         sparse = _SparseFile(task.file.size, pieces, task.file.path)
         return pq.ParquetFile(pa.PythonFile(sparse, mode="r"), metadata=md, pre_buffer=False)
 
-    def _read_unit(self, task: FileTask, groups: list[int]) -> pa.Table:
+    def _read_unit(self, task: FileTask, groups: list[int], *,
+                   with_positions: bool = False) -> pa.Table:
+        """Decode, drop deleted rows, filter, project.  ``with_positions`` adds a
+        ``__pos`` column with each surviving row's position in the file."""
         try:
             pf = self._open_unit(task, groups)
-            table = pf.read_row_groups(groups, columns=self._read_columns, use_threads=True)
+            table = pf.read_row_groups(groups, columns=task.columns, use_threads=True)
         except (OSError, pa.ArrowException) as e:
             raise CorruptMetadata(task.file.path, f"unreadable column data ({e})") from None
-        table = _cast_to(table, self._arrow_schema, self._read_columns)
+        table = _cast_to(table, self._arrow_schema, task.columns)
+        spans = task.spans(groups)
+        if with_positions:
+            table = table.append_column(POSITION, pa.array(np.concatenate(
+                [np.arange(start, start + n, dtype=np.int64) for _, start, n in spans]),
+                pa.int64()))
+        if task.mask is not None:
+            keep = task.mask.keep_mask(spans, table)
+            if keep is not None:
+                table = table.filter(pa.array(keep, pa.bool_()))
         if self._bound is not None:
             table = table.filter(to_arrow(self._bound))
-        return table.select(self.columns)
+        return table.select([*self.columns, POSITION] if with_positions else self.columns)
+
+    def matching_rows(self) -> Iterator[tuple[FileTask, pa.Table]]:
+        """Per work unit: its file, and the projected live rows that match ``where``
+        with their file positions in a ``__pos`` column."""
+        for task, groups in self._units():
+            yield task, self._read_unit(task, groups, with_positions=True)
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         units = list(self._units())

@@ -30,9 +30,11 @@ from caslake.format.schema import TableSchema
 from caslake.store import open_store
 from caslake.store.base import ObjectStore, PutMode
 from caslake.table.changes import Changes
-from caslake.table.commit import CommitOutcome, CommitPolicy, commit_with_retry
+from caslake.table.commit import CommitPolicy, commit_with_retry
+from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.scan import FooterCache, Scan
+from caslake.table.transaction import Transaction
 from caslake.table.write import WriteOptions, as_reader, write_data_files
 
 
@@ -47,6 +49,8 @@ class CommitResult:
     files_added: int = 0
     rows_added: int = 0
     files_removed: int = 0
+    rows_deleted: int = 0
+    tombstones_added: int = 0
     noop: bool = False
     requests: dict[str, int] = field(default_factory=dict)
 
@@ -88,6 +92,7 @@ class Table:
         self.io.remember(snapshot.key, snapshot.manifest)
         self._snapshot = snapshot
         self.footers = FooterCache()
+        self.tombstones = TombstoneCache()
         self.write_options = write_options or WriteOptions()
         self.commit_policy = commit_policy or CommitPolicy()
 
@@ -121,6 +126,9 @@ class Table:
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
+    def _set_snapshot(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
     def refresh(self) -> Table:
         self._snapshot = self.io.latest()
         return self
@@ -141,7 +149,8 @@ class Table:
     def scan(self, columns: Sequence[str] | None = None, where: str | Expr | None = None,
              version: int | None = None, as_of: datetime | str | int | None = None) -> Scan:
         """Pin a snapshot (latest, or by version / timestamp) and plan a read of it."""
-        return Scan(self.io, self.footers, self._resolve(version, as_of), columns, where)
+        return Scan(self.io, self.footers, self._resolve(version, as_of), columns, where,
+                    self.tombstones)
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
@@ -155,17 +164,10 @@ class Table:
                 version=m.version, created_at=datetime.fromtimestamp(m.created_at_ms / 1000, UTC),
                 operation=m.operation, commit_id=m.commit_id, manifest=s.key,
                 params=dict(m.operation_params), summary=dict(m.summary),
-                total_rows=m.totals.rows, total_files=m.totals.files))
+                total_rows=m.totals.live_rows, total_files=m.totals.files))
         return out
 
     # --- writes --------------------------------------------------------------------
-
-    def _commit(self, operation: str, prepare: Any) -> tuple[CommitOutcome, dict[str, int]]:
-        before = self.store.counters.snapshot()
-        outcome = commit_with_retry(self.io, prepare, policy=self.commit_policy)
-        self._snapshot = outcome.snapshot
-        after = self.store.counters.snapshot()
-        return outcome, {k: after.get(k, 0) - before.get(k, 0) for k in after}
 
     def append(self, data: Any, *, txn: tuple[str, int] | None = None,
                params: dict[str, str] | None = None) -> CommitResult:
@@ -215,20 +217,47 @@ class Table:
             noop=outcome.noop,
             requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
 
+    def delete(self, where: str | Expr) -> CommitResult:
+        """Delete the rows matching ``where`` without rewriting any data file.
+
+        One tombstone object and one commit; a delete that matches nothing
+        creates no version (``noop`` is True, ``rows_deleted`` 0)."""
+        tx = Transaction(self)
+        tx.delete(where)
+        return tx.commit()
+
+    def upsert(self, data: Any, key: list[str] | str) -> CommitResult:
+        """CDC-style change in one commit: delete the current rows whose ``key``
+        columns equal a key in ``data``, then append ``data``."""
+        tx = Transaction(self)
+        tx.upsert(data, key)
+        return tx.commit()
+
+    def transaction(self) -> Transaction:
+        """``with table.transaction() as tx: tx.delete(...); tx.append(...)`` commits
+        everything as one version on a clean exit, nothing if the block raises."""
+        return Transaction(self)
+
     def describe(self) -> dict[str, Any]:
         snap = self._resolve(None, None)
         m = snap.manifest
         files = self.io.live_files(snap)
+        deleted: dict[str, int] = {}
+        for ref in m.tombstones:
+            for p, n in ref.files.items():
+                deleted[p] = deleted.get(p, 0) + n
         return {
             "uri": self.uri, "table_id": m.table_id, "version": m.version,
             "created_at": format_ts(m.created_at_ms), "operation": m.operation,
             "schema": [f.to_json() for f in m.schema.fields],
-            "files": len(files), "rows": m.totals.rows, "bytes": m.totals.bytes,
-            "tombstones": 0,
+            "files": len(files), "rows": m.totals.live_rows, "stored_rows": m.totals.rows,
+            "deleted_rows": m.totals.deleted_rows, "bytes": m.totals.bytes,
+            "tombstones": len(m.tombstones),
             "metadata": {"inline_entries": len(m.files), "segments": len(m.segments),
                          "removed_entries": len(m.removed)},
             "data_files": [{"path": f.path, "rows": f.row_count, "bytes": f.size,
-                            "row_groups": f.row_group_count, "deleted_rows": 0}
+                            "row_groups": f.row_group_count,
+                            "deleted_rows": deleted.get(f.path, 0)}
                            for f in files],
         }
 

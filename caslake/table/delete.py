@@ -1,0 +1,247 @@
+"""Delete planning: which rows of which files a delete removes, as one tombstone.
+
+A delete never rewrites a data file.  Planning reads as little as it can:
+
+1. files pruned by the manifest's statistics,
+2. row groups pruned by footer statistics (and groups already deleted),
+3. only the condition's columns of the candidate row groups, decoded to find
+   the positions of live rows that match.
+
+The result becomes one tombstone object: per file, whole row groups (when a
+delete empties a group), an inclusive key range (for a simple range predicate
+whose position bitmap would be large), or row positions as a roaring bitmap.
+A file whose rows are all deleted is dropped from the manifest instead.
+
+Conditions are a ``where`` predicate (:class:`PredicateCondition`) or a set of
+keys (:class:`KeyCondition`, for upserts); both go through the scan reader,
+so delete semantics have exactly one implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+from caslake.errors import InvalidArgument, UnknownColumn
+from caslake.expr import And, BoundExpr, Compare, Expr, col, compile_where
+from caslake.format.keys import tombstone_key
+from caslake.format.manifest import DataFile, TombstoneRef
+from caslake.format.stats import value_to_json
+from caslake.format.tombstone import FileDeletes, KeyRange, Tombstone
+from caslake.store.base import PutMode
+from caslake.table.changes import Changes
+from caslake.table.deletion_mask import DeletionMask, TombstoneCache
+from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.scan import FooterCache, Scan
+
+# A range predicate is recorded as a key range instead of positions once the
+# position bitmap for a file would be larger than this.
+KEY_RANGE_MIN_BITMAP_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class PredicateCondition:
+    where: str | Expr
+
+    def describe(self) -> str:
+        return str(self.where)
+
+
+@dataclass(frozen=True)
+class KeyCondition:
+    """Rows whose key columns equal a row of ``keys`` (NULL keys never match)."""
+
+    keys: pa.Table
+
+    def describe(self) -> str:
+        return f"key ({', '.join(self.keys.column_names)}) in {self.keys.num_rows} keys"
+
+
+Condition = PredicateCondition | KeyCondition
+
+
+@dataclass
+class DeletePlan:
+    base: Snapshot
+    per_file: dict[str, BitMap] = field(default_factory=dict)  # new positions per file
+    tasks: dict[str, tuple[DataFile, DeletionMask | None, list[int], list[int]]] = field(
+        default_factory=dict)  # path -> (file, existing mask, starts, rows per group)
+
+    @property
+    def rows_deleted(self) -> int:
+        return sum(len(b) for b in self.per_file.values())
+
+    @property
+    def target_paths(self) -> set[str]:
+        return set(self.per_file)
+
+
+def _key_scan_where(keys: pa.Table) -> Expr | None:
+    """A sound pruning predicate for a key set: each key column within its min/max."""
+    expr: Expr | None = None
+    for name in keys.column_names:
+        mm: Any = pc.min_max(keys.column(name))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo is None:
+            return None
+        part: Expr = col(name).between(lo, hi)
+        expr = part if expr is None else And(expr, part)
+    return expr
+
+
+def _matches(scan: Scan, cond: Condition, plan: DeletePlan) -> None:
+    for task, rows in scan.matching_rows():
+        if isinstance(cond, KeyCondition):
+            names = cond.keys.column_names
+            rows = rows.join(cond.keys, keys=names, join_type="inner")
+        positions = rows.column("__pos").to_numpy()
+        if not len(positions):
+            continue
+        path = task.file.path
+        bm = plan.per_file.setdefault(path, BitMap())
+        bm.update(positions.astype(np.uint32))
+        md = task.footer
+        plan.tasks.setdefault(path, (task.file, task.mask, task.starts,
+                                     [md.row_group(i).num_rows
+                                      for i in range(md.num_row_groups)]))
+
+
+def plan_delete(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache,
+                base: Snapshot, conditions: Sequence[Condition]) -> DeletePlan:
+    plan = DeletePlan(base)
+    schema = base.manifest.schema.to_arrow()
+    for cond in conditions:
+        if isinstance(cond, PredicateCondition):
+            scan = Scan(io, footers, base, [], cond.where, tombstones)
+        else:
+            for name in cond.keys.column_names:
+                if name not in schema.names:
+                    raise UnknownColumn(name, schema.names)
+            scan = Scan(io, footers, base, cond.keys.column_names, _key_scan_where(cond.keys),
+                        tombstones)
+        _matches(scan, cond, plan)
+    return plan
+
+
+def simple_range(bound: BoundExpr | None) -> tuple[str, Any, Any] | None:
+    """(column, low, high) when the predicate is ``c = v`` or ``c >= lo AND c <= hi``
+    on an integer, string, date or timestamp column; else None."""
+    if bound is None:
+        return None
+    e = bound.expr
+    found: tuple[str, Any, Any] | None = None
+    if isinstance(e, Compare) and e.op == "=":
+        found = (e.left.name, e.right.value, e.right.value)
+    elif isinstance(e, And) and isinstance(e.left, Compare) and isinstance(e.right, Compare):
+        ops = {e.left.op: e.left, e.right.op: e.right}
+        if set(ops) == {">=", "<="} and e.left.left.name == e.right.left.name:
+            found = (e.left.left.name, ops[">="].right.value, ops["<="].right.value)
+    if found is None:
+        return None
+    t = bound.schema.field(found[0]).type
+    ok = (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+          or pa.types.is_date32(t) or pa.types.is_timestamp(t))
+    return found if ok else None
+
+
+def build_tombstone(plan: DeletePlan, *, table_id: str, commit_id: str,
+                    conditions: Sequence[Condition]) -> tuple[Tombstone | None, list[DataFile]]:
+    """The tombstone for the plan's new deletions, and the files to drop whole."""
+    key_range = None
+    if len(conditions) == 1 and isinstance(conditions[0], PredicateCondition):
+        schema = plan.base.manifest.schema
+        key_range = simple_range(compile_where(conditions[0].where, schema.to_arrow()))
+    entries: list[FileDeletes] = []
+    dropped: list[DataFile] = []
+    deleted_before = _deleted_counts(plan.base)
+    for path, new in plan.per_file.items():
+        data_file, mask, starts, group_rows = plan.tasks[path]
+        if deleted_before.get(path, 0) + len(new) >= data_file.row_count:
+            dropped.append(data_file)
+            continue
+        groups: set[int] = set()
+        positions = BitMap(new)
+        if mask is None or not mask.key_ranges:
+            for rg, (start, n) in enumerate(zip(starts, group_rows, strict=True)):
+                fresh = new.range_cardinality(start, start + n)
+                if not fresh:
+                    continue
+                before = (n if mask is not None and rg in mask.row_groups else
+                          mask.positions.range_cardinality(start, start + n) if mask else 0)
+                if before + fresh == n:
+                    groups.add(rg)
+                    positions.remove_range(start, start + n)
+        ranges: tuple[KeyRange, ...] = ()
+        if key_range is not None and positions:
+            probe = BitMap(positions)
+            probe.run_optimize()
+            if len(probe.serialize()) > KEY_RANGE_MIN_BITMAP_BYTES:
+                name, low, high = key_range
+                fld = plan.base.manifest.schema.field(name)
+                t = fld.arrow_type
+                ranges = (KeyRange(fld.id, value_to_json(low, t), value_to_json(high, t)),)
+                positions = BitMap()
+        entries.append(FileDeletes(path, data_file.row_count, frozenset(groups), ranges,
+                                   positions))
+    if not entries:
+        return None, dropped
+    return Tombstone(plan.base.manifest.table_id, commit_id, tuple(entries)), dropped
+
+
+def _deleted_counts(snap: Snapshot) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for ref in snap.manifest.tombstones:
+        for p, n in ref.files.items():
+            out[p] = out.get(p, 0) + n
+    return out
+
+
+def write_delete(io: MetadataIO, plan: DeletePlan, *, commit_id: str,
+                 conditions: Sequence[Condition]) -> tuple[tuple[TombstoneRef, ...],
+                                                           tuple[DataFile, ...]]:
+    """Upload the plan's tombstone (create-only); return its reference and the files
+    to drop.  An unreferenced tombstone left by a failed commit is an orphan for GC."""
+    tomb, dropped = build_tombstone(plan, table_id=plan.base.manifest.table_id,
+                                    commit_id=commit_id, conditions=conditions)
+    refs: tuple[TombstoneRef, ...] = ()
+    if tomb is not None:
+        data = tomb.to_bytes()
+        key = tombstone_key()
+        etag = io.store.put(key, data, mode=PutMode.CREATE)
+        refs = (TombstoneRef(key, len(data), etag,
+                             {fd.path: len(plan.per_file[fd.path]) for fd in tomb.files}),)
+    return refs, tuple(dropped)
+
+
+def touched_since(io: MetadataIO, planned: Snapshot, base: Snapshot, paths: set[str]) -> bool:
+    """Did commits between ``planned`` and ``base`` remove any of ``paths`` or add a
+    tombstone touching them?  If so a delete planned on ``planned`` must re-plan."""
+    if base.key == planned.key or not paths:
+        return False
+    known = {r.path for r in planned.manifest.tombstones}
+    for ref in base.manifest.tombstones:
+        if ref.path not in known and paths.intersection(ref.files):
+            return True
+    live = {f.path for f in io.live_files(base)}
+    return not paths <= live
+
+
+def changes_for(operation: str, refs: tuple[TombstoneRef, ...], dropped: tuple[DataFile, ...],
+                add_files: tuple[DataFile, ...], params: dict[str, str]) -> Changes | None:
+    if not refs and not dropped and not add_files:
+        return None
+    return Changes(operation, add_files=add_files, remove_files=dropped, add_tombstones=refs,
+                   params=params)
+
+
+def check_where(where: object) -> str | Expr:
+    if not isinstance(where, str | Expr):
+        raise InvalidArgument(f"where must be a SQL string or an expression, not "
+                              f"{type(where).__name__}")
+    return where

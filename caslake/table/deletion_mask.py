@@ -1,0 +1,177 @@
+"""Deletion masks: the merged effect of every tombstone on one data file.
+
+Owns loading tombstones for a snapshot (only those touching the files a read
+or delete needs, in parallel, cached by (path, etag)), validating them
+against the snapshot (CorruptMetadata naming the tombstone), merging them per
+file, and turning a mask into a vectorised keep-mask for decoded rows.
+Never writes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+from caslake.errors import CorruptMetadata, NotFound
+from caslake.format.manifest import DataFile, TombstoneRef
+from caslake.format.schema import TableSchema
+from caslake.format.stats import value_from_json
+from caslake.format.tombstone import Tombstone, parse_tombstone
+from caslake.store.base import ObjectStore
+
+
+@dataclass(frozen=True)
+class DecodedKeyRange:
+    column: str
+    low: Any
+    high: Any
+
+
+@dataclass
+class DeletionMask:
+    """Everything deleted in one data file, merged over all its tombstones."""
+
+    row_groups: set[int] = field(default_factory=set)
+    key_ranges: list[DecodedKeyRange] = field(default_factory=list)
+    positions: BitMap = field(default_factory=BitMap)
+    _sorted: np.ndarray | None = field(default=None, repr=False)  # positions, once loaded
+
+    def key_columns(self) -> set[str]:
+        return {k.column for k in self.key_ranges}
+
+    def group_fully_deleted(self, rg: int, start: int, rows: int) -> bool:
+        if rg in self.row_groups:
+            return True
+        return rows > 0 and self.positions.range_cardinality(start, start + rows) == rows
+
+    def deleted_positions_in(self, start: int, rows: int) -> np.ndarray:
+        """File positions in [start, start+rows) deleted by position records."""
+        if not self.positions:
+            return np.empty(0, dtype=np.int64)
+        if self._sorted is None or len(self._sorted) != len(self.positions):
+            self._sorted = np.asarray(self.positions.to_array(), dtype=np.int64)
+        arr = self._sorted
+        lo, hi = np.searchsorted(arr, [start, start + rows])
+        return arr[lo:hi]
+
+    def keep_mask(self, groups: Sequence[tuple[int, int, int]], table: pa.Table
+                  ) -> np.ndarray | None:
+        """Boolean keep-mask for ``table``, the decoded rows of ``groups``
+        ((row group, first file position, rows) in order).  None means keep all."""
+        total = sum(n for _, _, n in groups)
+        keep: np.ndarray | None = None
+        offset = 0
+        for rg, start, n in groups:
+            if rg in self.row_groups:
+                keep = np.ones(total, dtype=bool) if keep is None else keep
+                keep[offset:offset + n] = False
+            dead = self.deleted_positions_in(start, n)
+            if len(dead):
+                keep = np.ones(total, dtype=bool) if keep is None else keep
+                keep[dead - start + offset] = False
+            offset += n
+        for kr in self.key_ranges:
+            column = table.column(kr.column)
+            hit: Any = pc.and_(pc.greater_equal(column, pa.scalar(kr.low, column.type)),
+                               pc.less_equal(column, pa.scalar(kr.high, column.type)))
+            filled: Any = pc.fill_null(hit, False)
+            hit_np = np.asarray(filled.to_numpy(zero_copy_only=False), dtype=bool)
+            keep = np.ones(total, dtype=bool) if keep is None else keep
+            keep &= ~hit_np
+        return keep
+
+
+class TombstoneCache:
+    def __init__(self, size: int = 4096) -> None:
+        self._items: OrderedDict[tuple[str, str], Tombstone] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, store: ObjectStore, ref: TombstoneRef) -> Tombstone:
+        k = (ref.path, ref.etag)
+        with self._lock:
+            hit = self._items.get(k)
+            if hit is not None:
+                return hit
+        try:
+            res = store.get(ref.path)
+        except NotFound:
+            raise CorruptMetadata(ref.path, "the tombstone is missing (referenced by the "
+                                  "manifest but not on storage)") from None
+        if len(res.data) != ref.size:
+            raise CorruptMetadata(ref.path, f"size {len(res.data)} differs from the "
+                                  f"manifest's {ref.size}")
+        tomb = parse_tombstone(res.data, ref.path)
+        with self._lock:
+            self._items[k] = tomb
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return tomb
+
+
+def load_masks(store: ObjectStore, cache: TombstoneCache, refs: Iterable[TombstoneRef],
+               files: Mapping[str, DataFile], wanted: Iterable[str],
+               schema: TableSchema) -> dict[str, DeletionMask]:
+    """Merged masks for the ``wanted`` data files of a snapshot.
+
+    ``files`` maps every live data file of the snapshot by path; a tombstone
+    reference naming any other file is corrupt."""
+    wanted_set = set(wanted)
+    relevant: list[TombstoneRef] = []
+    for ref in refs:
+        missing = [p for p in ref.files if p not in files]
+        if missing:
+            raise CorruptMetadata(ref.path, f"names data file {missing[0]!r}, which the "
+                                  "snapshot does not have")
+        if wanted_set.intersection(ref.files):
+            relevant.append(ref)
+    if not relevant:
+        return {}
+    if len(relevant) == 1:
+        tombs = [cache.get(store, relevant[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=min(16, len(relevant))) as pool:
+            tombs = list(pool.map(lambda r: cache.get(store, r), relevant))
+    by_id = schema.by_id()
+    masks: dict[str, DeletionMask] = {}
+    for ref, tomb in zip(relevant, tombs, strict=True):
+        entries = {fd.path: fd for fd in tomb.files}
+        for path in ref.files:
+            fd = entries.get(path)
+            if fd is None:
+                raise CorruptMetadata(ref.path, f"has no entry for data file {path!r}, "
+                                      "which the manifest says it deletes from")
+            if path not in wanted_set:
+                continue
+            data_file = files[path]
+            if fd.row_count != data_file.row_count:
+                raise CorruptMetadata(ref.path, f"says {path!r} has {fd.row_count} rows; "
+                                      f"the manifest says {data_file.row_count}")
+            if fd.row_groups and max(fd.row_groups) >= data_file.row_group_count:
+                raise CorruptMetadata(ref.path, f"row group {max(fd.row_groups)} is beyond "
+                                      f"the {data_file.row_group_count} of {path!r}")
+            mask = masks.setdefault(path, DeletionMask())
+            mask.row_groups |= fd.row_groups
+            mask.positions |= fd.positions
+            for kr in fd.key_ranges:
+                fld = by_id.get(kr.field_id)
+                if fld is None:
+                    raise CorruptMetadata(ref.path, f"key range on unknown field id "
+                                          f"{kr.field_id}")
+                try:
+                    low = value_from_json(kr.min, fld.arrow_type)
+                    high = value_from_json(kr.max, fld.arrow_type)
+                except (TypeError, ValueError, OverflowError) as e:
+                    raise CorruptMetadata(ref.path, f"bad key range on {fld.name!r} ({e})"
+                                          ) from None
+                mask.key_ranges.append(DecodedKeyRange(fld.name, low, high))
+    return masks

@@ -1,0 +1,172 @@
+"""Transactions: several appends, deletes and upserts committed as one version.
+
+Appended data is written to data files as soon as ``append``/``upsert`` is
+called; deletes are planned when the transaction commits, against the table's
+latest committed version, so a transaction's deletes never touch the rows it
+appends itself.  On a lost CAS race the commit rebases: if no concurrent
+commit touched the files the deletes target, the same tombstone is reused;
+otherwise the deletes are planned again on the new version (never resurrecting
+a row another commit deleted, never deleting a row twice).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from caslake.errors import InvalidArgument, SchemaMismatch, StoreError
+from caslake.expr import compile_where
+from caslake.format.keys import new_token
+from caslake.format.manifest import DataFile, TombstoneRef
+from caslake.table.changes import Changes
+from caslake.table.commit import commit_with_retry
+from caslake.table.delete import (
+    Condition,
+    DeletePlan,
+    KeyCondition,
+    PredicateCondition,
+    changes_for,
+    check_where,
+    plan_delete,
+    touched_since,
+    write_delete,
+)
+from caslake.table.metadata_io import Snapshot
+from caslake.table.write import SchemaConformer, as_reader, write_data_files
+
+if TYPE_CHECKING:
+    from caslake.table.table import CommitResult, Table
+
+
+class Transaction:
+    """Use as ``with table.transaction() as tx: ...``; commits on a clean exit."""
+
+    def __init__(self, table: Table) -> None:
+        self._table = table
+        self._files: list[DataFile] = []
+        self._conditions: list[Condition] = []
+        self._ops: list[str] = []
+        self._params: dict[str, str] = {}
+        self._done = False
+        self.result: CommitResult | None = None
+
+    # --- staging -----------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise InvalidArgument("the transaction has already been committed or aborted")
+
+    def append(self, data: Any) -> None:
+        self._check_open()
+        files = write_data_files(self._table.store, as_reader(data),
+                                 self._table.table_schema, self._table.write_options)
+        self._files.extend(files)
+        self._ops.append("append")
+
+    def delete(self, where: Any) -> None:
+        self._check_open()
+        where = check_where(where)
+        compile_where(where, self._table.schema)  # fail now on a bad predicate
+        self._conditions.append(PredicateCondition(where))
+        self._ops.append("delete")
+        self._params.setdefault("where", str(where))
+
+    def upsert(self, data: Any, key: list[str] | str) -> None:
+        """Delete current rows whose ``key`` equals a key in ``data``; append ``data``."""
+        self._check_open()
+        keys = [key] if isinstance(key, str) else list(key)
+        if not keys:
+            raise InvalidArgument("upsert needs at least one key column")
+        table = as_reader(data).read_all()
+        schema = self._table.schema
+        for k in keys:
+            if k not in table.column_names:
+                raise SchemaMismatch(f"upsert key column {k!r} is not in the data", column=k)
+            if k not in schema.names:
+                raise SchemaMismatch(f"upsert key column {k!r} is not in the table", column=k)
+        conformed = pa.Table.from_batches(
+            [SchemaConformer(schema, table.schema)(b) for b in table.to_batches()],
+            schema=schema)
+        key_table = conformed.select(keys).group_by(keys).aggregate([])
+        self._conditions.append(KeyCondition(key_table))
+        self._files.extend(write_data_files(self._table.store, conformed.to_reader(),
+                                            self._table.table_schema,
+                                            self._table.write_options))
+        self._ops.append("upsert")
+        self._params.setdefault("key", ",".join(keys))
+
+    # --- commit ----------------------------------------------------------------------
+
+    def _operation(self) -> str:
+        kinds = set(self._ops)
+        return self._ops[0] if len(kinds) == 1 else "transaction"
+
+    def commit(self) -> CommitResult:
+        from caslake.table.table import CommitResult
+
+        self._check_open()
+        self._done = True
+        table = self._table
+        io = table.io
+        before = table.store.counters.snapshot()
+        files = tuple(self._files)
+        conditions = tuple(self._conditions)
+        operation = self._operation() if self._ops else "transaction"
+        state: dict[str, Any] = {"plan": None, "refs": (), "dropped": ()}
+
+        commit_id = new_token()
+
+        def plan_on(base: Snapshot) -> None:
+            plan = plan_delete(io, table.footers, table.tombstones, base, conditions)
+            refs, dropped = write_delete(io, plan, commit_id=commit_id, conditions=conditions)
+            state.update(plan=plan, refs=refs, dropped=dropped)
+
+        def prepare(base: Snapshot) -> Changes | None:
+            plan: DeletePlan | None = state["plan"]
+            if conditions and (plan is None or touched_since(
+                    io, plan.base, base, plan.target_paths | {f.path for f in state["dropped"]})):
+                plan_on(base)
+            refs: tuple[TombstoneRef, ...] = state["refs"]
+            dropped: tuple[DataFile, ...] = state["dropped"]
+            return changes_for(operation, refs, dropped, files, dict(self._params))
+
+        outcome = commit_with_retry(io, prepare, policy=table.commit_policy,
+                                    commit_id=commit_id)
+        table._set_snapshot(outcome.snapshot)
+        after = table.store.counters.snapshot()
+        plan = state["plan"]
+        m = outcome.snapshot.manifest
+        self.result = CommitResult(
+            version=m.version, commit_id=outcome.commit_id, operation=operation,
+            attempts=outcome.attempts,
+            files_added=0 if outcome.noop else len(files),
+            rows_added=0 if outcome.noop else sum(f.row_count for f in files),
+            files_removed=0 if outcome.noop else len(state["dropped"]),
+            rows_deleted=0 if outcome.noop or plan is None else plan.rows_deleted,
+            tombstones_added=0 if outcome.noop else len(state["refs"]),
+            noop=outcome.noop,
+            requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
+        return self.result
+
+    def abort(self) -> None:
+        """Forget the staged work and remove the data files it uploaded (never
+        referenced by any manifest, so removing them is safe)."""
+        if self._done:
+            return
+        self._done = True
+        for f in self._files:
+            with contextlib.suppress(StoreError):
+                self._table.store.delete(f.path)
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
