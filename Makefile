@@ -28,7 +28,13 @@ unit: $(STAMP) ## every test (starts its own moto S3 server)
 
 test: lint typecheck unit ## lint, type checks and every test
 
-bench: $(STAMP) ## benchmarks against peers, same data, same run
+BENCH_STAMP := $(VENV)/.bench-stamp
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e ".[dev,bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP) ## benchmarks against peers (installs the bench extra), same data, same run
 	$(PY) -m benchmarks.run
 
 clean:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import core
+from benchmarks import core, deletes
 
 
 def main() -> int:
     quick = "--quick" in sys.argv
     core.main(quick=quick)
+    deletes.main(quick=quick)
     return 0
 
 

@@ -22,6 +22,7 @@ from caslake.table.table import Table, create_table, open_table
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_VERIFY_FAILED = 3  # verify found problems (distinct from a failure to run)
 
 
 class Progress:
@@ -224,6 +225,25 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    from caslake.maintenance.verify import verify_table
+    from caslake.store import open_store
+
+    store = open_store(args.uri, _storage_options(args.storage_option))
+    report = verify_table(store, deep=args.deep, all_versions=args.all_versions)
+    if args.json:
+        _emit_json(report.to_json(), out)
+    else:
+        status = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+        out.write(f"{report.uri}: {status} (version {report.version}, "
+                  f"{report.versions_checked} version(s), {report.data_files_checked} data "
+                  f"files, {report.tombstones_checked} tombstones, {report.footers_checked} "
+                  "footers checked)\n")
+        for p in report.problems:
+            out.write(f"  {p.object}: {p.problem}\n")
+    return 0 if report.ok else EXIT_VERIFY_FAILED
+
+
 def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
     table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
     entries = table.history(limit=args.limit)
@@ -309,6 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     d = table_cmd("delete", "delete rows matching a predicate (writes a tombstone, no rewrite)")
     d.add_argument("--where", required=True, help="SQL predicate of the rows to delete")
     d.set_defaults(fn=cmd_delete)
+
+    v = table_cmd("verify", "check that every referenced object exists and agrees")
+    v.add_argument("--deep", action="store_true", help="also check every Parquet footer")
+    v.add_argument("--all-versions", action="store_true", help="check every version in history")
+    v.add_argument("--json", action="store_true", help="print a JSON report (for monitoring)")
+    v.set_defaults(fn=cmd_verify)
 
     h = table_cmd("history", "list versions, newest first")
     h.add_argument("--limit", type=int)

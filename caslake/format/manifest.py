@@ -305,8 +305,6 @@ def _parse_schema(doc: _Doc) -> TableSchema:
 
 
 def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
-    from caslake.format.stats import value_from_json
-
     by_id = schema.by_id()
     stats: dict[int, dict[str, Any]] = {}
     raw_stats = doc.get("stats", dict, optional=True, default={})
@@ -315,10 +313,12 @@ def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
         fid: int = _guard(sdoc, partial(int, sk))
         if fid not in by_id:
             raise sdoc.error(f"field id {fid} is not in the schema")
-        t = by_id[fid].arrow_type
+        # Values are only type-checked as JSON scalars here; they are decoded (and a
+        # bad one reported as CorruptMetadata) when a predicate prunes on them.
         for bound in ("min", "max"):
-            if bound in sdoc.obj:
-                _guard(sdoc, partial(value_from_json, sdoc.obj[bound], t))
+            v = sdoc.obj.get(bound)
+            if v is not None and not isinstance(v, int | float | str):
+                raise sdoc.error(f"{bound} must be a number or a string")
         if "nulls" in sdoc.obj:
             sdoc.nonneg("nulls")
         stats[fid] = dict(sdoc.obj)

@@ -47,6 +47,7 @@ class Changes:
     remove_files: tuple[DataFile, ...] = ()
     remove_all: bool = False  # overwrite: the new version holds only add_files
     add_tombstones: tuple[TombstoneRef, ...] = ()
+    rows_deleted: int = 0  # rows the new tombstones make invisible (for the summary)
     params: dict[str, str] = field(default_factory=dict)
     # Requirement: the commit is only valid on top of exactly this version.
     # A rebase onto any other version raises CommitConflict (overwrite uses it).
@@ -146,18 +147,21 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
 
     # Tombstones: carry forward, forget files that left the table, add the new ones.
     tombstones: list[TombstoneRef] = []
+    # A new tombstone's entry for a file holds the file's whole merged mask, so it
+    # supersedes every older reference to that file: one live tombstone per file.
+    superseded = {p for ref in changes.add_tombstones for p in ref.files}
     deleted = pruned = 0
     if not changes.remove_all:
         for ref in bm.tombstones:
-            kept = {p: n for p, n in ref.files.items() if p not in drop}
+            kept = {p: n for p, n in ref.files.items() if p not in drop and p not in superseded}
             pruned += sum(n for p, n in ref.files.items() if p in drop)
             if kept:
                 tombstones.append(ref if len(kept) == len(ref.files) else
                                   TombstoneRef(ref.path, ref.size, ref.etag, kept))
                 deleted += sum(kept.values())
-    new_deleted = sum(n for ref in changes.add_tombstones for n in ref.files.values())
     tombstones.extend(changes.add_tombstones)
-    totals = Totals(totals.files, totals.rows, totals.bytes, deleted + new_deleted)
+    totals = Totals(totals.files, totals.rows, totals.bytes,
+                    deleted + sum(n for ref in changes.add_tombstones for n in ref.files.values()))
 
     txns = dict(bm.txns)
     if changes.txn is not None:
@@ -168,8 +172,8 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
                                  else len(changes.remove_files)),
                # rows this commit made invisible: new tombstones plus the still-live rows
                # of files it removed
-               "deleted_rows": (new_deleted + sum(f.row_count for f in changes.remove_files)
-                                - pruned),
+               "deleted_rows": (changes.rows_deleted
+                                + sum(f.row_count for f in changes.remove_files) - pruned),
                "added_tombstones": len(changes.add_tombstones)}
     manifest = Manifest(
         table_id=bm.table_id, version=version, parent=base.key, commit_id=commit_id,

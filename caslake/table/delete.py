@@ -150,48 +150,62 @@ def simple_range(bound: BoundExpr | None) -> tuple[str, Any, Any] | None:
     return found if ok else None
 
 
+@dataclass(frozen=True)
+class TombstoneDraft:
+    tombstone: Tombstone | None
+    dropped: list[DataFile]
+    deleted_per_file: dict[str, int]  # total rows deleted in each file after this delete
+    new_rows: int  # rows this delete hides through the tombstone (not via dropped files)
+
+
 def build_tombstone(plan: DeletePlan, *, table_id: str, commit_id: str,
-                    conditions: Sequence[Condition]) -> tuple[Tombstone | None, list[DataFile]]:
-    """The tombstone for the plan's new deletions, and the files to drop whole."""
+                    conditions: Sequence[Condition]) -> TombstoneDraft:
+    """The tombstone for the plan, and the files to drop whole.
+
+    Each entry holds the file's *merged* mask -- everything earlier tombstones
+    deleted there plus this delete -- so it supersedes them: a reader needs one
+    tombstone per file however many deletes touched it."""
     key_range = None
     if len(conditions) == 1 and isinstance(conditions[0], PredicateCondition):
         schema = plan.base.manifest.schema
         key_range = simple_range(compile_where(conditions[0].where, schema.to_arrow()))
     entries: list[FileDeletes] = []
     dropped: list[DataFile] = []
+    totals: dict[str, int] = {}
+    new_rows = 0
     deleted_before = _deleted_counts(plan.base)
     for path, new in plan.per_file.items():
         data_file, mask, starts, group_rows = plan.tasks[path]
-        if deleted_before.get(path, 0) + len(new) >= data_file.row_count:
+        before = deleted_before.get(path, 0)
+        if before + len(new) >= data_file.row_count:
             dropped.append(data_file)
             continue
-        groups: set[int] = set()
-        positions = BitMap(new)
-        if mask is None or not mask.key_ranges:
-            for rg, (start, n) in enumerate(zip(starts, group_rows, strict=True)):
-                fresh = new.range_cardinality(start, start + n)
-                if not fresh:
-                    continue
-                before = (n if mask is not None and rg in mask.row_groups else
-                          mask.positions.range_cardinality(start, start + n) if mask else 0)
-                if before + fresh == n:
-                    groups.add(rg)
-                    positions.remove_range(start, start + n)
-        ranges: tuple[KeyRange, ...] = ()
-        if key_range is not None and positions:
-            probe = BitMap(positions)
+        groups = set(mask.row_groups) if mask is not None else set()
+        ranges = list(mask.raw_key_ranges) if mask is not None else []
+        old_positions = BitMap(mask.positions) if mask is not None else BitMap()
+        positions = old_positions | new
+        if key_range is not None:
+            probe = BitMap(new)
             probe.run_optimize()
             if len(probe.serialize()) > KEY_RANGE_MIN_BITMAP_BYTES:
                 name, low, high = key_range
                 fld = plan.base.manifest.schema.field(name)
                 t = fld.arrow_type
-                ranges = (KeyRange(fld.id, value_to_json(low, t), value_to_json(high, t)),)
-                positions = BitMap()
-        entries.append(FileDeletes(path, data_file.row_count, frozenset(groups), ranges,
+                kr = KeyRange(fld.id, value_to_json(low, t), value_to_json(high, t))
+                if kr not in ranges:
+                    ranges.append(kr)
+                positions = old_positions
+        for rg, (start, n) in enumerate(zip(starts, group_rows, strict=True)):
+            if rg in groups or positions.range_cardinality(start, start + n) == n:
+                groups.add(rg)  # a whole group: record it as such, drop its positions
+                positions.remove_range(start, start + n)
+        entries.append(FileDeletes(path, data_file.row_count, frozenset(groups), tuple(ranges),
                                    positions))
-    if not entries:
-        return None, dropped
-    return Tombstone(plan.base.manifest.table_id, commit_id, tuple(entries)), dropped
+        totals[path] = before + len(new)
+        new_rows += len(new)
+    tomb = (Tombstone(plan.base.manifest.table_id, commit_id, tuple(entries))
+            if entries else None)
+    return TombstoneDraft(tomb, dropped, totals, new_rows)
 
 
 def _deleted_counts(snap: Snapshot) -> dict[str, int]:
@@ -203,20 +217,20 @@ def _deleted_counts(snap: Snapshot) -> dict[str, int]:
 
 
 def write_delete(io: MetadataIO, plan: DeletePlan, *, commit_id: str,
-                 conditions: Sequence[Condition]) -> tuple[tuple[TombstoneRef, ...],
-                                                           tuple[DataFile, ...]]:
-    """Upload the plan's tombstone (create-only); return its reference and the files
-    to drop.  An unreferenced tombstone left by a failed commit is an orphan for GC."""
-    tomb, dropped = build_tombstone(plan, table_id=plan.base.manifest.table_id,
-                                    commit_id=commit_id, conditions=conditions)
+                 conditions: Sequence[Condition]
+                 ) -> tuple[tuple[TombstoneRef, ...], tuple[DataFile, ...], int]:
+    """Upload the plan's tombstone (create-only); return its reference, the files to
+    drop and the rows the tombstone newly hides.  A tombstone left unreferenced by a
+    failed commit is an orphan for GC."""
+    draft = build_tombstone(plan, table_id=plan.base.manifest.table_id, commit_id=commit_id,
+                            conditions=conditions)
     refs: tuple[TombstoneRef, ...] = ()
-    if tomb is not None:
-        data = tomb.to_bytes()
+    if draft.tombstone is not None:
+        data = draft.tombstone.to_bytes()
         key = tombstone_key()
         etag = io.store.put(key, data, mode=PutMode.CREATE)
-        refs = (TombstoneRef(key, len(data), etag,
-                             {fd.path: len(plan.per_file[fd.path]) for fd in tomb.files}),)
-    return refs, tuple(dropped)
+        refs = (TombstoneRef(key, len(data), etag, draft.deleted_per_file),)
+    return refs, tuple(draft.dropped), draft.new_rows
 
 
 def touched_since(io: MetadataIO, planned: Snapshot, base: Snapshot, paths: set[str]) -> bool:
@@ -233,11 +247,12 @@ def touched_since(io: MetadataIO, planned: Snapshot, base: Snapshot, paths: set[
 
 
 def changes_for(operation: str, refs: tuple[TombstoneRef, ...], dropped: tuple[DataFile, ...],
-                add_files: tuple[DataFile, ...], params: dict[str, str]) -> Changes | None:
+                add_files: tuple[DataFile, ...], params: dict[str, str],
+                rows_deleted: int) -> Changes | None:
     if not refs and not dropped and not add_files:
         return None
     return Changes(operation, add_files=add_files, remove_files=dropped, add_tombstones=refs,
-                   params=params)
+                   params=params, rows_deleted=rows_deleted)
 
 
 def check_where(where: object) -> str | Expr:

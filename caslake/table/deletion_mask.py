@@ -25,7 +25,7 @@ from caslake.errors import CorruptMetadata, NotFound
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.schema import TableSchema
 from caslake.format.stats import value_from_json
-from caslake.format.tombstone import Tombstone, parse_tombstone
+from caslake.format.tombstone import KeyRange, Tombstone, parse_tombstone
 from caslake.store.base import ObjectStore
 
 
@@ -43,6 +43,7 @@ class DeletionMask:
     row_groups: set[int] = field(default_factory=set)
     key_ranges: list[DecodedKeyRange] = field(default_factory=list)
     positions: BitMap = field(default_factory=BitMap)
+    raw_key_ranges: list[KeyRange] = field(default_factory=list)  # as stored, for merging
     _sorted: np.ndarray | None = field(default=None, repr=False)  # positions, once loaded
 
     def key_columns(self) -> set[str]:
@@ -174,4 +175,6 @@ def load_masks(store: ObjectStore, cache: TombstoneCache, refs: Iterable[Tombsto
                     raise CorruptMetadata(ref.path, f"bad key range on {fld.name!r} ({e})"
                                           ) from None
                 mask.key_ranges.append(DecodedKeyRange(fld.name, low, high))
+                if kr not in mask.raw_key_ranges:
+                    mask.raw_key_ranges.append(kr)
     return masks

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata, UnknownColumn
@@ -37,6 +39,8 @@ from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.table.metadata_io import MetadataIO, Snapshot
 
 POSITION = "__pos"
+_PARQUET_FORMAT = ds.ParquetFileFormat()
+_LOCAL_FS = pafs.LocalFileSystem()
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 PREFETCH_UNITS = 4
 
@@ -196,6 +200,7 @@ class Scan:
         pred_cols = referenced_columns(self._bound) if self._bound is not None else set()
         # Read the projection plus the predicate's columns, in table order.
         self._read_columns = [n for n in names if n in set(self.columns) | pred_cols]
+        self._pred_fields = [f for f in schema.fields if f.name in pred_cols]
         self._plan: ScanPlan | None = None
 
     @property
@@ -207,12 +212,15 @@ class Scan:
     def _file_might_match(self, f: DataFile) -> bool:
         if self._bound is None:
             return True
-        by_id = self.snapshot.manifest.schema.by_id()
         stats = {}
-        for fid, js in f.stats.items():
-            fld = by_id.get(fid)
-            if fld is not None:
-                stats[fld.name] = to_column_stats(js, fld.arrow_type)
+        for fld in self._pred_fields:
+            js = f.stats.get(fld.id)
+            if js is not None:
+                try:
+                    stats[fld.name] = to_column_stats(js, fld.arrow_type)
+                except (TypeError, ValueError, OverflowError) as e:
+                    raise CorruptMetadata(self.snapshot.key, f"statistics of {fld.name!r} "
+                                          f"for {f.path} are not valid ({e})") from None
         return bool(might_match(self._bound, stats, f.row_count))
 
     def plan(self) -> ScanPlan:
@@ -226,7 +234,9 @@ class Scan:
         tombstones_loaded = sum(1 for ref in manifest.tombstones
                                 if any(f.path in ref.files for f in kept))
         footers = self._fetch_footers(kept)
-        types = {f.name: f.arrow_type for f in manifest.schema.fields}
+        # Row-group pruning needs statistics of the predicate's columns only.
+        pred_cols = self._bound.columns if self._bound is not None else frozenset()
+        types = {f.name: f.arrow_type for f in manifest.schema.fields if f.name in pred_cols}
         tasks: list[FileTask] = []
         rg_total = rg_pruned = rg_deleted = 0
         for f, md in zip(kept, footers, strict=True):
@@ -301,16 +311,39 @@ class Scan:
         path = self._store.local_path(task.file.path, etag=task.file.etag)
         if path is not None:
             self._store.counters.record(GET_RANGE, bytes_in=sum(e - s for s, e in ranges))
-            return pq.ParquetFile(path, metadata=md)
+            return pq.ParquetFile(path, metadata=md, memory_map=True)
         datas = self._store.get_ranges(task.file.path, ranges, etag=task.file.etag)
         pieces = [(s, d) for (s, _), d in zip(ranges, datas, strict=True)]
         sparse = _SparseFile(task.file.size, pieces, task.file.path)
         return pq.ParquetFile(pa.PythonFile(sparse, mode="r"), metadata=md, pre_buffer=False)
 
+    def _read_local_fragment(self, path: str, task: FileTask, groups: list[int]) -> pa.Table:
+        """Local file, no deletion mask: let pyarrow's dataset scanner decode and
+        filter the row groups in streamed batches (the same machinery as
+        ``pq.read_table(filters=...)``)."""
+        fragment = _PARQUET_FORMAT.make_fragment(path, filesystem=_LOCAL_FS, row_groups=groups)
+        table = fragment.to_table(
+            schema=task.footer.schema.to_arrow_schema(), columns=self.columns,
+            filter=to_arrow(self._bound) if self._bound is not None else None)
+        return _cast_to(table, self._arrow_schema, self.columns)
+
     def _read_unit(self, task: FileTask, groups: list[int], *,
                    with_positions: bool = False) -> pa.Table:
         """Decode, drop deleted rows, filter, project.  ``with_positions`` adds a
         ``__pos`` column with each surviving row's position in the file."""
+        if (task.mask is None and not with_positions and self.columns
+                and self._bound is not None):
+            path = self._store.local_path(task.file.path, etag=task.file.etag)
+            if path is not None:
+                md = task.footer
+                col_idx = _column_indexes(md, task.columns, task.file.path)
+                self._store.counters.record(GET_RANGE, bytes_in=sum(
+                    e - s for rg in groups for s, e in (chunk_range(md, rg, i) for i in col_idx)))
+                try:
+                    return self._read_local_fragment(path, task, groups)
+                except (OSError, pa.ArrowException) as e:
+                    raise CorruptMetadata(task.file.path, f"unreadable column data ({e})"
+                                          ) from None
         try:
             pf = self._open_unit(task, groups)
             table = pf.read_row_groups(groups, columns=task.columns, use_threads=True)

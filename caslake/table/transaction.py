@@ -115,14 +115,15 @@ class Transaction:
         files = tuple(self._files)
         conditions = tuple(self._conditions)
         operation = self._operation() if self._ops else "transaction"
-        state: dict[str, Any] = {"plan": None, "refs": (), "dropped": ()}
+        state: dict[str, Any] = {"plan": None, "refs": (), "dropped": (), "hidden": 0}
 
         commit_id = new_token()
 
         def plan_on(base: Snapshot) -> None:
             plan = plan_delete(io, table.footers, table.tombstones, base, conditions)
-            refs, dropped = write_delete(io, plan, commit_id=commit_id, conditions=conditions)
-            state.update(plan=plan, refs=refs, dropped=dropped)
+            refs, dropped, hidden = write_delete(io, plan, commit_id=commit_id,
+                                                 conditions=conditions)
+            state.update(plan=plan, refs=refs, dropped=dropped, hidden=hidden)
 
         def prepare(base: Snapshot) -> Changes | None:
             plan: DeletePlan | None = state["plan"]
@@ -131,7 +132,8 @@ class Transaction:
                 plan_on(base)
             refs: tuple[TombstoneRef, ...] = state["refs"]
             dropped: tuple[DataFile, ...] = state["dropped"]
-            return changes_for(operation, refs, dropped, files, dict(self._params))
+            return changes_for(operation, refs, dropped, files, dict(self._params),
+                               state["hidden"])
 
         outcome = commit_with_retry(io, prepare, policy=table.commit_policy,
                                     commit_id=commit_id)

@@ -64,9 +64,9 @@ def test_one_row_delete_is_a_position_and_big_ranges_become_key_ranges() -> None
     (tomb,) = tombstones(t)
     assert list(tomb.files[0].positions) == [7] and not tomb.files[0].key_ranges
     t.delete("v = '3'")  # ~7,000 scattered rows: a key range is smaller than the bitmap
-    tomb = tombstones(t)[1]
+    (tomb,) = tombstones(t)  # the new tombstone holds the merged mask and supersedes the old
     assert tomb.files[0].key_ranges == (KeyRange(2, "3", "3"),)
-    assert not tomb.files[0].positions
+    assert list(tomb.files[0].positions) == [7]
     got = t.scan().to_arrow()
     assert "3" not in set(got.column("v").to_pylist()) and 7 not in got.column("id").to_pylist()
     assert got.num_rows == 50_000 - 1 - sum(1 for i in range(50_000) if i % 7 == 3 and i != 7)
@@ -100,13 +100,18 @@ def test_tombstones_are_loaded_only_for_files_that_survive_pruning() -> None:
     assert t.store.counters.count("get") == 2  # pointer + the one tombstone
 
 
-def test_many_tombstones_on_one_file_merge() -> None:
-    t = table_with(20_000)
+def test_many_deletes_leave_one_live_tombstone_per_file() -> None:
+    t = table_with(20_000, files=2)
     for k in range(0, 20_000, 97):
         t.delete(f"id = {k}")
     ids = set(t.scan(columns=["id"]).to_arrow().column("id").to_pylist())
     assert ids == {i for i in range(20_000) if i % 97}
     assert t.describe()["deleted_rows"] == len(range(0, 20_000, 97))
+    m = t.snapshot.manifest
+    assert len(m.tombstones) == 2  # 207 delete commits, one live tombstone per data file
+    assert sorted(n for r in m.tombstones for n in r.files.values()) == [103, 104]
+    # older versions still see exactly their own deletes
+    assert t.scan(version=3).count() == 20_000 - 1
 
 
 def test_transaction_is_one_commit_and_a_raising_block_commits_nothing() -> None:

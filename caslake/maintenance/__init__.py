@@ -1,0 +1,1 @@
+"""Table maintenance: verification (and, later, gc, compaction and purge)."""

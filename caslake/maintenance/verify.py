@@ -1,0 +1,160 @@
+"""``caslake verify``: check that a table's metadata and objects agree.
+
+Checks, for the current version (and with ``all_versions`` every version in
+the history):
+
+* the pointer parses and names a manifest with its version and commit id;
+* manifests chain: each parent is version - 1 of the same table, and every
+  skip pointer and segment reference names the right version;
+* every referenced data file and tombstone exists with the recorded size and
+  ETag (one HEAD each);
+* every tombstone parses, matches the files it is referenced for, and stays
+  within their row counts and row groups;
+* with ``deep``: every data file's Parquet footer parses and agrees with the
+  manifest (rows, row groups).
+
+Never writes.  Problems are collected, not raised, so one run reports them all.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from caslake.errors import CaslakeError, NotFound
+from caslake.format.manifest import DataFile, TombstoneRef
+from caslake.store.base import ObjectStore
+from caslake.table.deletion_mask import TombstoneCache, load_masks
+from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.scan import parse_footer
+
+
+@dataclass
+class Problem:
+    object: str
+    problem: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"object": self.object, "problem": self.problem}
+
+
+@dataclass
+class VerifyReport:
+    uri: str
+    version: int | None = None
+    versions_checked: int = 0
+    data_files_checked: int = 0
+    tombstones_checked: int = 0
+    footers_checked: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uri": self.uri, "ok": self.ok, "version": self.version,
+                "versions_checked": self.versions_checked,
+                "data_files_checked": self.data_files_checked,
+                "tombstones_checked": self.tombstones_checked,
+                "footers_checked": self.footers_checked,
+                "problems": [p.to_json() for p in self.problems]}
+
+
+def _check_object(store: ObjectStore, key: str, size: int, etag: str) -> Problem | None:
+    try:
+        meta = store.head(key)
+    except NotFound:
+        return Problem(key, "missing")
+    except CaslakeError as e:
+        return Problem(key, f"cannot be read: {e}")
+    if meta.size != size:
+        return Problem(key, f"size is {meta.size}, the manifest says {size}")
+    if meta.etag != etag:
+        return Problem(key, f"ETag is {meta.etag}, the manifest says {etag}")
+    return None
+
+
+def verify_table(store: ObjectStore, *, deep: bool = False,
+                 all_versions: bool = False) -> VerifyReport:
+    report = VerifyReport(store.uri)
+    io = MetadataIO(store)
+    try:
+        head = io.latest()
+    except CaslakeError as e:
+        report.problems.append(Problem("_latest_manifest", str(e)))
+        return report
+    report.version = head.version
+    try:
+        chain = io.history(head) if all_versions else [head]
+    except CaslakeError as e:
+        report.problems.append(Problem(getattr(e, "key", head.key), str(e)))
+        chain = [head]
+    seen_files: dict[str, DataFile] = {}
+    seen_tombs: dict[str, TombstoneRef] = {}
+    for snap in chain:
+        report.versions_checked += 1
+        _check_snapshot(io, snap, report, seen_files, seen_tombs)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        checks = [(f.path, f.size, f.etag) for f in seen_files.values()]
+        checks += [(t.path, t.size, t.etag) for t in seen_tombs.values()]
+        for problem in pool.map(lambda c: _check_object(store, *c), checks):
+            if problem is not None:
+                report.problems.append(problem)
+    report.data_files_checked = len(seen_files)
+    report.tombstones_checked = len(seen_tombs)
+    if deep:
+        _check_footers(store, list(seen_files.values()), report)
+    return report
+
+
+def _check_snapshot(io: MetadataIO, snap: Snapshot, report: VerifyReport,
+                    seen_files: dict[str, DataFile], seen_tombs: dict[str, TombstoneRef]) -> None:
+    m = snap.manifest
+    try:
+        if m.parent is not None:
+            parent = io.load_manifest(m.parent)
+            if parent.version != m.version - 1 or parent.table_id != m.table_id:
+                report.problems.append(Problem(snap.key, f"parent {m.parent} is not version "
+                                               f"{m.version - 1} of this table"))
+        for a in m.ancestors:
+            if io.load_manifest(a.manifest).version != a.version:
+                report.problems.append(Problem(snap.key, f"skip pointer to {a.manifest} "
+                                               f"does not name version {a.version}"))
+        files = io.live_files(snap)
+    except CaslakeError as e:
+        report.problems.append(Problem(getattr(e, "key", snap.key), str(e)))
+        return
+    by_path = {f.path: f for f in files}
+    if len(by_path) != len(files):
+        report.problems.append(Problem(snap.key, "a data file is live twice"))
+    rows = sum(f.row_count for f in files)
+    if rows != m.totals.rows or len(files) != m.totals.files:
+        report.problems.append(Problem(snap.key, f"totals say {m.totals.files} files and "
+                                       f"{m.totals.rows} rows; the file list has {len(files)} "
+                                       f"and {rows}"))
+    for f in files:
+        seen_files.setdefault(f.path, f)
+    for t in m.tombstones:
+        seen_tombs.setdefault(t.path, t)
+    try:
+        load_masks(io.store, TombstoneCache(), m.tombstones, by_path, by_path, m.schema)
+    except CaslakeError as e:
+        report.problems.append(Problem(getattr(e, "key", snap.key), str(e)))
+
+
+def _check_footers(store: ObjectStore, files: list[DataFile], report: VerifyReport) -> None:
+    def one(f: DataFile) -> Problem | None:
+        try:
+            tail = store.get_ranges(f.path, [(f.size - f.footer_size, f.size)], etag=f.etag)[0]
+            parse_footer(tail, f)
+        except CaslakeError as e:
+            return Problem(f.path, str(e))
+        return None
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        for problem in pool.map(one, files):
+            report.footers_checked += 1
+            if problem is not None:
+                report.problems.append(problem)

@@ -1,0 +1,1 @@
+"""Correctness tests for deletes, upserts and transactions (tombstones)."""
