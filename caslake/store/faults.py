@@ -1,25 +1,33 @@
 """A store wrapper that injects faults into a real backend, for tests and drills.
 
-Each :class:`Fault` targets operation kinds and a key prefix and fires on
-chosen calls.  Kinds of fault:
+Each :class:`Fault` targets operation kinds and a key prefix, and fires on
+chosen calls (by index), on a random share of calls (seeded), or both, up to
+``times`` times.  Kinds (``when``):
 
-* ``before``: the request fails before it reaches the store (a reset, a 503);
-* ``after``: the request is applied, then the reply is lost (raises anyway);
-* ``crash``: raises :class:`SimulatedCrash` (not a CaslakeError) before the
+* ``"before"``: the request fails before it reaches the store -- a reset or
+  a 503 SlowDown (``error``; a TransientStoreError by default);
+* ``"after"``: the request is applied, then the reply is lost (raises anyway);
+* ``"latency"``: the request is delayed by ``latency_s`` ± ``jitter_s``, then runs;
+* ``"truncate"``: a GET applies but its body comes back cut short;
+* ``"crash"``: raises :class:`SimulatedCrash` (not a CaslakeError) before the
   request, standing in for the process dying at that call.
 
-Every fault that fires is counted in ``fired`` so a test can assert that the
-fault it set up really happened.
+Every fault that fires is counted (``Fault.fired``, ``FaultyStore.fired_by_kind``)
+so a test can assert that the fault it set up really happened.
 """
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from caslake.errors import CaslakeError, TransientStoreError
 from caslake.store.base import GetResult, Mode, ObjectMeta, ObjectStore, PutMode
+
+ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
 
 
 class SimulatedCrash(BaseException):
@@ -27,17 +35,32 @@ class SimulatedCrash(BaseException):
     so no ``except Exception`` in the code under test can swallow it."""
 
 
+def reset_error(key: str) -> CaslakeError:
+    return TransientStoreError(f"injected connection reset on {key}", key=key)
+
+
+def slowdown_error(key: str) -> CaslakeError:
+    return TransientStoreError(f"injected 503 SlowDown on {key}", key=key)
+
+
 @dataclass
 class Fault:
-    ops: frozenset[str]  # "get", "get_ranges", "put", "head", "list", "delete"
-    when: str  # "before" | "after" | "crash"
+    ops: frozenset[str]  # see ALL_OPS
+    when: str  # "before" | "after" | "latency" | "truncate" | "crash"
     prefix: str = ""
-    calls: frozenset[int] | None = None  # 1-based indexes of matching calls; None = every call
+    calls: frozenset[int] | None = None  # 1-based indexes of matching calls; None = any
     times: int | None = None  # stop after firing this many times
-    error: Callable[[str], CaslakeError] = field(
-        default=lambda key: TransientStoreError(f"injected fault on {key}", key=key))
+    probability: float = 1.0  # share of eligible calls that fire (seeded below)
+    error: Callable[[str], CaslakeError] = reset_error
+    latency_s: float = 0.0
+    jitter_s: float = 0.0
+    seed: int = 0
     seen: int = 0
     fired: int = 0
+    _rng: random.Random = field(default_factory=random.Random, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng.seed(self.seed)
 
     def matches(self, op: str, key: str) -> bool:
         if op not in self.ops or not key.startswith(self.prefix):
@@ -45,7 +68,9 @@ class Fault:
         self.seen += 1
         if self.times is not None and self.fired >= self.times:
             return False
-        return self.calls is None or self.seen in self.calls
+        if self.calls is not None and self.seen not in self.calls:
+            return False
+        return self.probability >= 1.0 or self._rng.random() < self.probability
 
 
 class FaultyStore(ObjectStore):
@@ -60,6 +85,12 @@ class FaultyStore(ObjectStore):
     @property
     def fired(self) -> int:
         return sum(f.fired for f in self.faults)
+
+    def fired_by_kind(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for f in self.faults:
+            out[f.when] = out.get(f.when, 0) + f.fired
+        return out
 
     def _pick(self, op: str, key: str) -> Fault | None:
         with self._lock:
@@ -78,7 +109,13 @@ class FaultyStore(ObjectStore):
             raise SimulatedCrash(f"crash at {op} {key}")
         if fault.when == "before":
             raise fault.error(key)
-        fn()
+        if fault.when == "latency":
+            time.sleep(max(0.0, fault.latency_s + fault._rng.uniform(-fault.jitter_s,
+                                                                      fault.jitter_s)))
+            return fn()
+        result = fn()
+        if fault.when == "truncate":
+            return _truncated(result)
         raise fault.error(key)
 
     def get(self, key: str) -> GetResult:
@@ -93,6 +130,10 @@ class FaultyStore(ObjectStore):
         return self._run("put", key,  # type: ignore[return-value]
                          lambda: self.inner.put(key, data, mode=mode))
 
+    def put_file(self, key: str, path: str, *, mode: Mode = PutMode.CREATE) -> str:
+        return self._run("put", key,  # type: ignore[return-value]
+                         lambda: self.inner.put_file(key, path, mode=mode))
+
     def head(self, key: str) -> ObjectMeta:
         return self._run("head", key, lambda: self.inner.head(key))  # type: ignore[return-value]
 
@@ -102,3 +143,18 @@ class FaultyStore(ObjectStore):
 
     def delete(self, key: str) -> None:
         self._run("delete", key, lambda: self.inner.delete(key))
+
+    def local_path(self, key: str, *, etag: str | None = None) -> str | None:
+        # Reads through a local path would bypass fault injection: force store reads.
+        return None
+
+    def staging_dir(self) -> str | None:
+        return self.inner.staging_dir()
+
+
+def _truncated(result: object) -> object:
+    if isinstance(result, GetResult):
+        return GetResult(result.data[: len(result.data) // 2], result.etag)
+    if isinstance(result, list) and result and isinstance(result[0], bytes):
+        return [b[: len(b) // 2] for b in result]
+    return result

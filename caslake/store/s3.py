@@ -586,11 +586,25 @@ class S3Store(ObjectStore):
             err = map_obstore_error(exc, op=op, key=key, where=self._where())
             if op == "put_cas" and isinstance(err, PreconditionFailed):
                 err = self._classify_failed_cas(key, err)
+            if op == "put_create" and isinstance(err, AlreadyExists):
+                # obstore re-sends a PUT whose reply was lost; the re-send then meets
+                # our own landed object.  caslake creates unique keys only, so the
+                # object is ours exactly when its bytes are ours.
+                landed = self._own_landed_create(key, data)
+                if landed is not None:
+                    return landed
             raise err from exc
         etag = result["e_tag"]
         if not etag:
             raise StoreError(f"{self.uri} returned no ETag for the put of {key!r}", key=key)
         return normalize_etag(etag)
+
+    def _own_landed_create(self, key: str, data: bytes) -> str | None:
+        try:
+            current = self.get(key)
+        except StoreError:
+            return None
+        return current.etag if current.data == data else None
 
     def _classify_failed_cas(self, key: str, err: PreconditionFailed) -> StoreError:
         """A compare-and-swap failed: NotFound if the key is missing, else ``err``.

@@ -248,3 +248,52 @@ def test_overwrite_conflicts_with_a_concurrent_commit(tmp_path) -> None:  # type
         a.overwrite(batch(100, 1))
     assert fired["n"] == 1
     assert caslake.open_table(uri).scan().to_arrow().column("id").to_pylist() == [50]
+
+
+@pytest.mark.parametrize("writers", [2, 8, 64])
+def test_racing_writers_200_commits_one_winner_per_version(tmp_path, writers) -> None:  # type: ignore[no-untyped-def]
+    """RELIABILITY 1: 2, 8 and 64 writers, ~200 commits in total, one pointer."""
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA)
+    per_writer = max(1, 200 // writers)
+    acked: list[tuple[int, str]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        t = caslake.open_table(uri)
+        t.commit_policy = CommitPolicy(max_attempts=2000, base_backoff_s=0.0005,
+                                       max_backoff_s=0.02)
+        try:
+            for i in range(per_writer):
+                r = t.append(batch(w * 10_000 + i, 1, f"w{w}"))
+                with lock:
+                    acked.append((r.version, r.commit_id))
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    total = writers * per_writer
+    hist = {h.version: h.commit_id for h in caslake.open_table(uri).history()}
+    assert sorted(v for v, _ in acked) == list(range(1, total + 1))  # one winner each, no gap
+    assert all(hist[v] == c for v, c in acked)  # each acknowledged commit is where it was told
+    assert caslake.open_table(uri).scan().count() == total
+
+
+def test_write_that_never_happened_is_not_reported_as_done(any_store_uri) -> None:  # type: ignore[no-untyped-def]
+    """RELIABILITY 3 (false success): the pointer PUT fails before it applies; the
+    commit must not claim success from that attempt, and lands exactly once."""
+    uri, opts = any_store_uri
+    caslake.create_table(uri, SCHEMA, storage_options=opts)
+    t, store = _faulty(uri, opts, [Fault(frozenset({"put"}), "before", prefix=POINTER_KEY,
+                                         times=2)])
+    res = t.append(batch(0, 5))
+    assert store.fired == 2 and res.attempts == 3
+    fresh = caslake.open_table(uri, storage_options=opts)
+    assert (res.version, fresh.version, fresh.scan().count()) == (1, 1, 5)
+    assert [h.commit_id for h in fresh.history()][0] == res.commit_id
