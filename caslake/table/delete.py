@@ -255,6 +255,46 @@ def changes_for(operation: str, refs: tuple[TombstoneRef, ...], dropped: tuple[D
                    params=params, rows_deleted=rows_deleted)
 
 
+def _condition_filter(cond: Condition, schema: pa.Schema) -> BoundExpr | None:
+    """A sound file filter for the rows a condition can match (None: any row)."""
+    if isinstance(cond, PredicateCondition):
+        return compile_where(cond.where, schema)
+    return compile_where(_key_scan_where(cond.keys), schema)
+
+
+def changed_since(io: MetadataIO, read: Snapshot, base: Snapshot,
+                  conditions: Sequence[Condition]) -> str | None:
+    """Why a change computed from version ``read`` may not commit on ``base``, or None.
+
+    Conflict when any commit in between added a file, removed a file, or added
+    a tombstone on a file, whose statistics say it could hold a row one of the
+    conditions matches.  Conservative: unknown statistics count as a match."""
+    from caslake.expr import might_match
+    from caslake.format.stats import to_column_stats
+
+    if base.key == read.key:
+        return None
+    before = {f.path: f for f in io.live_files(read)}
+    after = {f.path: f for f in io.live_files(base)}
+    known = {r.path for r in read.manifest.tombstones}
+    tombstoned = {p for r in base.manifest.tombstones if r.path not in known for p in r.files}
+    changed = ([f for p, f in after.items() if p not in before or p in tombstoned]
+               + [f for p, f in before.items() if p not in after])
+    schema = base.manifest.schema
+    for cond in conditions:
+        bound = _condition_filter(cond, schema.to_arrow())
+        for f in changed:
+            if bound is None:
+                return f"{f.path} changed"
+            stats = {}
+            for fld in schema.fields:
+                if fld.name in bound.columns and fld.id in f.stats:
+                    stats[fld.name] = to_column_stats(f.stats[fld.id], fld.arrow_type)
+            if might_match(bound, stats, f.row_count):
+                return f"{f.path}, which may hold rows matching {cond.describe()}, changed"
+    return None
+
+
 def check_where(where: object) -> str | Expr:
     if not isinstance(where, str | Expr):
         raise InvalidArgument(f"where must be a SQL string or an expression, not "

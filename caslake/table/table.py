@@ -217,26 +217,34 @@ class Table:
             noop=outcome.noop,
             requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
 
-    def delete(self, where: str | Expr) -> CommitResult:
+    def delete(self, where: str | Expr, *, read_version: int | None = None) -> CommitResult:
         """Delete the rows matching ``where`` without rewriting any data file.
 
         One tombstone object and one commit; a delete that matches nothing
-        creates no version (``noop`` is True, ``rows_deleted`` 0)."""
-        tx = Transaction(self)
+        creates no version (``noop`` is True, ``rows_deleted`` 0).  With
+        ``read_version`` the delete refuses (CommitConflict) to commit over any
+        commit since that version that changed rows ``where`` could match."""
+        tx = Transaction(self, read_version=read_version)
         tx.delete(where)
         return tx.commit()
 
-    def upsert(self, data: Any, key: list[str] | str) -> CommitResult:
+    def upsert(self, data: Any, key: list[str] | str, *,
+               read_version: int | None = None) -> CommitResult:
         """CDC-style change in one commit: delete the current rows whose ``key``
-        columns equal a key in ``data``, then append ``data``."""
-        tx = Transaction(self)
+        columns equal a key in ``data``, then append ``data``.
+
+        For a read-modify-write (new values computed from rows read at version
+        ``v``), pass ``read_version=v``: the upsert then raises CommitConflict
+        instead of committing over a concurrent change to any of those keys."""
+        tx = Transaction(self, read_version=read_version)
         tx.upsert(data, key)
         return tx.commit()
 
-    def transaction(self) -> Transaction:
+    def transaction(self, *, read_version: int | None = None) -> Transaction:
         """``with table.transaction() as tx: tx.delete(...); tx.append(...)`` commits
-        everything as one version on a clean exit, nothing if the block raises."""
-        return Transaction(self)
+        everything as one version on a clean exit, nothing if the block raises.
+        ``read_version``: see :meth:`upsert`."""
+        return Transaction(self, read_version=read_version)
 
     def describe(self) -> dict[str, Any]:
         snap = self._resolve(None, None)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from caslake.errors import InvalidArgument, SchemaMismatch, StoreError
+from caslake.errors import CommitConflict, InvalidArgument, SchemaMismatch, StoreError
 from caslake.expr import compile_where
 from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile, TombstoneRef
@@ -28,6 +28,7 @@ from caslake.table.delete import (
     DeletePlan,
     KeyCondition,
     PredicateCondition,
+    changed_since,
     changes_for,
     check_where,
     plan_delete,
@@ -44,8 +45,11 @@ if TYPE_CHECKING:
 class Transaction:
     """Use as ``with table.transaction() as tx: ...``; commits on a clean exit."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: Table, *, read_version: int | None = None) -> None:
         self._table = table
+        # Optimistic read validation: the change was computed from this version,
+        # so it must not commit over a concurrent change to rows it could match.
+        self._read_version = read_version
         self._files: list[DataFile] = []
         self._conditions: list[Condition] = []
         self._ops: list[str] = []
@@ -126,6 +130,17 @@ class Transaction:
             state.update(plan=plan, refs=refs, dropped=dropped, hidden=hidden)
 
         def prepare(base: Snapshot) -> Changes | None:
+            if self._read_version is not None:
+                if self._read_version > base.version:
+                    raise InvalidArgument(f"read_version {self._read_version} is newer than "
+                                          f"the table (version {base.version})")
+                reason = changed_since(io, io.at_version(base, self._read_version), base,
+                                       conditions)
+                if reason is not None:
+                    raise CommitConflict(
+                        f"{reason} after version {self._read_version}, which this "
+                        f"{operation} was computed from",
+                        help="read the table again and recompute the change")
             plan: DeletePlan | None = state["plan"]
             if conditions and (plan is None or touched_since(
                     io, plan.base, base, plan.target_paths | {f.path for f in state["dropped"]})):
