@@ -332,6 +332,12 @@ def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
                     stats=stats)
 
 
+def parse_data_file(obj: object, schema: TableSchema, *, source: str) -> DataFile:
+    """Validate one data-file entry (e.g. from a Spark task's commit message);
+    defects are CorruptMetadata naming ``source``."""
+    return _parse_data_file(_Doc(source, obj), schema)
+
+
 def parse_manifest(data: bytes, key: str) -> Manifest:
     doc = _Doc(key, _load_json(data, key))
     fv = _check_header(doc, MANIFEST_FORMAT)

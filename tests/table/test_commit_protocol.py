@@ -296,4 +296,4 @@ def test_write_that_never_happened_is_not_reported_as_done(any_store_uri) -> Non
     assert store.fired == 2 and res.attempts == 3
     fresh = caslake.open_table(uri, storage_options=opts)
     assert (res.version, fresh.version, fresh.scan().count()) == (1, 1, 5)
-    assert [h.commit_id for h in fresh.history()][0] == res.commit_id
+    assert fresh.history()[0].commit_id == res.commit_id
