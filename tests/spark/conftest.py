@@ -1,0 +1,52 @@
+"""One local SparkSession for every Spark test (JVM start is the expensive part)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from collections.abc import Iterator
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+import caslake.spark  # noqa: E402
+
+
+def _shim_pandas_on_spark() -> None:
+    """``assertDataFrameEqual`` imports pandas-on-Spark whenever pandas is installed,
+    and pyspark 4.3's pandas-on-Spark does not import under pandas 3.  The tests only
+    compare Spark DataFrames, so stand in empty modules when the real import fails."""
+    try:
+        import pyspark.pandas
+        import pyspark.testing.pandasutils  # noqa: F401
+    except ImportError:
+        ps = types.ModuleType("pyspark.pandas")
+        ps.DataFrame = type("DataFrame", (), {})  # type: ignore[attr-defined]
+        utils = types.ModuleType("pyspark.testing.pandasutils")
+        utils.PandasOnSparkTestUtils = type("PandasOnSparkTestUtils", (), {})  # type: ignore[attr-defined]
+        sys.modules["pyspark.pandas"] = ps
+        sys.modules["pyspark.testing.pandasutils"] = utils
+
+
+_shim_pandas_on_spark()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[2]").appName("caslake-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "512m")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.python.worker.reuse", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    caslake.spark.register(session)
+    yield session
+    session.stop()

@@ -1,0 +1,237 @@
+"""Round trips through the ``caslake`` PySpark data source (local filesystem and moto S3)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pickle
+import re
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNull, Not, StringStartsWith
+from pyspark.testing import assertDataFrameEqual
+
+import caslake
+from caslake.errors import CommitOutcomeUnknown
+from caslake.format.keys import DATA_PREFIX
+from caslake.spark import source as spark_source
+from caslake.spark.filters import split_filters
+from caslake.store import open_store
+
+pytestmark = [pytest.mark.spark,
+              pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")]
+
+SCHEMA = pa.schema([("id", pa.int64()), ("user", pa.string()),
+                    ("ts", pa.timestamp("us", tz="UTC")), ("score", pa.float64())])
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+FILTER_NODE = re.compile(r"\bFilter \(")
+
+
+def rows(lo: int, hi: int) -> pa.Table:
+    ids = list(range(lo, hi))
+    return pa.table({"id": ids, "user": [f"u{i % 3}" for i in ids],
+                     "ts": [T0 + dt.timedelta(hours=i) for i in ids],
+                     "score": [i / 2 for i in ids]}, schema=SCHEMA)
+
+
+def read(spark: SparkSession, uri: str, **options: str) -> DataFrame:
+    return spark.read.format("caslake").options(**options).load(uri)
+
+
+def as_df(spark: SparkSession, table: pa.Table) -> DataFrame:
+    return spark.createDataFrame(table.to_pandas())
+
+
+def data_files(uri: str, options: dict[str, str] | None = None) -> set[str]:
+    return {m.key for m in open_store(uri, options).list(DATA_PREFIX)}
+
+
+def test_append_then_read_equals_caslake_scan(spark: SparkSession, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    as_df(spark, rows(0, 50)).write.format("caslake").mode("append").save(uri)  # creates
+    as_df(spark, rows(50, 80)).write.format("caslake").mode("append").save(uri)
+    table = caslake.open_table(uri)
+    assert table.version == 2  # create (0) + one commit per Spark write
+    assert [h.operation for h in table.history()] == ["append", "append", "create"]
+    table.delete("user = 'u1'")  # tombstones must apply to Spark reads too
+    df = read(spark, uri)
+    assert df.schema.simpleString() == "struct<id:bigint,user:string,ts:timestamp,score:double>"
+    expected = table.scan().to_arrow()
+    assert df.count() == expected.num_rows == 80 - len([i for i in range(80) if i % 3 == 1])
+    assertDataFrameEqual(df, as_df(spark, expected))
+
+
+def test_overwrite_replaces_rows_in_one_version(spark: SparkSession, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = caslake.create_table(uri, SCHEMA)
+    table.append(rows(0, 10))
+    as_df(spark, rows(100, 105)).write.format("caslake").mode("overwrite").save(uri)
+    table.refresh()
+    assert table.version == 2 and table.history()[0].operation == "overwrite"
+    assertDataFrameEqual(read(spark, uri), as_df(spark, rows(100, 105)))
+    with pytest.raises(AnalysisException, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        as_df(spark, rows(0, 1)).write.format("caslake").mode("errorifexists").save(uri)
+    with pytest.raises(AnalysisException, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        as_df(spark, rows(0, 1)).write.format("caslake").mode("ignore").save(uri)
+    assert caslake.open_table(uri).version == 2
+
+
+def test_time_travel_and_column_narrowing(spark: SparkSession, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = caslake.create_table(uri, SCHEMA)
+    table.append(rows(0, 10))
+    at_v1 = table.history()[0].created_at
+    table.append(rows(10, 20))
+    table.delete("id < 5")
+    old = read(spark, uri, version="1", columns="score,id")
+    assert old.columns == ["score", "id"]
+    assertDataFrameEqual(old, as_df(spark, rows(0, 10).select(["score", "id"])))
+    by_time = read(spark, uri, timestamp=at_v1.isoformat())
+    assert by_time.count() == 10
+    assert read(spark, uri).count() == 15
+
+
+def test_pushed_filters_prune_files_and_filter_exactly(spark: SparkSession,
+                                                       tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = caslake.create_table(uri, SCHEMA)
+    for lo in (0, 100, 200):  # three files with disjoint id ranges
+        table.append(rows(lo, lo + 100))
+    df = read(spark, uri)
+    assert df.rdd.getNumPartitions() == 3
+    hit = df.filter((F.col("id") >= 150) & (F.col("id") < 160) & (F.col("user") != "u0"))
+    assert hit.rdd.getNumPartitions() == 1  # two of three files pruned by statistics
+    # Every filter was absorbed (caslake applies them exactly): no Filter node is left.
+    assert not FILTER_NODE.search(hit._jdf.queryExecution().executedPlan().toString())
+    expected = table.scan(where="id >= 150 AND id < 160 AND user <> 'u0'").to_arrow()
+    assertDataFrameEqual(hit, as_df(spark, expected))
+    by_time = df.filter(F.col("ts") > T0 + dt.timedelta(hours=295))
+    assert by_time.rdd.getNumPartitions() == 1
+    assert sorted(r.id for r in by_time.collect()) == [296, 297, 298, 299]
+    # Float comparisons stay with Spark (NaN ordering differs) but still give right rows.
+    by_score = df.filter(F.col("score") > 149.0)
+    assert FILTER_NODE.search(by_score._jdf.queryExecution().executedPlan().toString())
+    assert by_score.count() == 1
+    assert df.filter(F.col("id").isin(5, 105, 999)).rdd.getNumPartitions() == 2
+
+
+def test_filter_translation_absorbs_only_exact_filters() -> None:
+    schema = SCHEMA
+    absorbed = [EqualTo(("id",), 3), Not(IsNull(("user",))), In(("user",), ("u1", "u2")),
+                GreaterThan(("ts",), T0)]
+    kept = [GreaterThan(("score",), 1.0), StringStartsWith(("user",), "u"),
+            In(("id",), (1, None)), EqualTo(("missing",), 1), EqualTo(("id",), "3"),
+            GreaterThan(("ts",), T0.replace(tzinfo=None))]
+    where, rest = split_filters(absorbed + kept, schema)
+    assert rest == kept and all(a is b for a, b in zip(rest, kept, strict=True))
+    assert where is not None
+    assert str(where).count("AND") == 3
+
+
+def test_failed_job_leaves_no_version_and_no_files(spark: SparkSession, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = caslake.create_table(uri, SCHEMA)
+    table.append(rows(0, 10))
+    before = data_files(uri)
+
+    def failing_write(target: str, known: set[str]) -> None:
+        @F.udf("bigint")
+        def explode_on_77(i: int) -> int:
+            if i == 77:
+                # Fail only once the other task has uploaded its file, so its commit
+                # message reaches the driver and abort must delete that file.  (A task
+                # still running when Spark aborts the job can leave an unreferenced
+                # file for GC; see the caslake.spark.source docstring.)
+                deadline = time.monotonic() + 60
+                while not data_files(target) - known and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                time.sleep(0.5)
+                raise ValueError("boom on 77")
+            return i
+
+        df = as_df(spark, rows(0, 100)).repartition(2).withColumn("id", explode_on_77("id"))
+        with pytest.raises(Exception, match="boom on 77"):
+            df.write.format("caslake").mode("append").save(target)
+
+    failing_write(uri, before)
+    assert caslake.open_table(uri).version == 1
+    assert data_files(uri) == before  # the files of the task that succeeded were deleted
+    # No table at all: a failed first write creates nothing.
+    fresh = str(tmp_path / "fresh")
+    failing_write(fresh, set())
+    with pytest.raises(caslake.CaslakeError):
+        caslake.open_table(fresh)
+    assert not data_files(fresh)
+
+
+def test_abort_after_unknown_commit_outcome_deletes_nothing(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA)
+    sdf = as_df(spark, rows(0, 5))
+    writer = spark_source.CaslakeWriter(uri, {}, sdf.schema, overwrite=False)
+    fresh_copy = pickle.dumps(writer)  # Spark gives commit and abort separate copies
+    batch = pa.RecordBatch.from_pandas(rows(0, 5).to_pandas(), preserve_index=False)
+    message = writer.write(iter([batch]))
+    written = {f["path"] for f in message.files}
+    assert written and written <= data_files(uri)
+
+    def unknown(*args: object, **kwargs: object) -> None:
+        raise CommitOutcomeUnknown("pointer write timed out", commit_id=writer.job_id)
+
+    monkeypatch.setattr(spark_source, "commit_with_retry", unknown)
+    with pytest.raises(CommitOutcomeUnknown):
+        writer.commit([message])
+    writer.abort([message])
+    pickle.loads(fresh_copy).abort([message])
+    assert written <= data_files(uri)  # nothing deleted: the commit may have landed
+    spark_source._set_state(writer.job_id, None)  # the test's own marker in the temp dir
+    # A job that provably did not commit is cleaned up by abort.
+    other = spark_source.CaslakeWriter(uri, {}, sdf.schema, overwrite=False)
+    msg2 = other.write(iter([batch]))
+    pickle.loads(pickle.dumps(other)).abort([msg2])
+    assert not {f["path"] for f in msg2.files} & data_files(uri)
+
+
+def test_spark_append_racing_python_append_both_land(spark: SparkSession,
+                                                     tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA)
+    errors: list[BaseException] = []
+
+    def python_appends() -> None:
+        try:
+            t = caslake.open_table(uri)
+            for lo in range(1000, 1010):
+                t.append(rows(lo, lo + 1))
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=python_appends)
+    thread.start()
+    as_df(spark, rows(0, 50)).write.format("caslake").mode("append").save(uri)
+    thread.join()
+    assert not errors
+    table = caslake.open_table(uri)
+    assert table.version == 11
+    assert sorted(table.scan(columns=["id"]).to_arrow()["id"].to_pylist()) == [
+        *range(50), *range(1000, 1010)]
+
+
+@pytest.mark.s3
+def test_s3_round_trip_with_storage_options(spark: SparkSession, s3_uri: str,
+                                            s3_options: dict[str, str]) -> None:
+    opts = {"storage_options": json.dumps(s3_options)}
+    as_df(spark, rows(0, 20)).write.format("caslake").options(**opts).mode("append").save(s3_uri)
+    per_key = {f"storage.{k}": v for k, v in s3_options.items()}
+    df = read(spark, s3_uri, **per_key).filter(F.col("id") < 5)
+    assertDataFrameEqual(df, as_df(spark, rows(0, 5)))
+    table = caslake.open_table(s3_uri, storage_options=s3_options)
+    assert table.version == 1 and table.scan().count() == 20
