@@ -37,5 +37,10 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(BENCH_STAMP) ## benchmarks against peers (installs the bench extra), same data, same run
 	$(PY) -m benchmarks.run
 
+STRESS_ARGS ?= --backend both --seconds 60 --writers 1,4,16 --workloads history,bank,bank-fenced
+
+stress: $(STAMP) ## multi-process stress + history/conservation checks, local and moto S3 (long)
+	$(PY) -m caslake.testing.stress $(STRESS_ARGS)
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

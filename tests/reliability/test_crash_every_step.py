@@ -1,0 +1,338 @@
+"""Crash (and fail) at every store call of every write operation.
+
+For each operation -- append, delete, upsert, a transaction (delete + append)
+-- on a small table with several files, row groups and an existing tombstone:
+
+1. run the operation once through a :class:`FaultyStore` without faults to
+   count its store calls ``N``;
+2. for every call index ``i`` in ``1..N``, rebuild the table from scratch
+   (deterministic data), inject one fault at call ``i`` and run the operation
+   again:
+
+   * ``crash``: the process dies at call ``i`` (:class:`SimulatedCrash`); the
+     process stays dead, so every later call -- from any thread, including a
+     transaction's abort clean-up -- crashes too;
+   * ``lost-reply``: call ``i`` is applied, then its reply is lost
+     (``TransientStoreError``);
+   * ``fail-before``: call ``i`` fails before it reaches the store
+     (``TransientStoreError``).
+
+3. then, without faults, the table must: be at the old or the new version and
+   hold exactly the old or the new rows (never anything in between), with the
+   earlier history unchanged (same manifests; the old version still reads the
+   same) and gap-free; pass ``verify_table(deep, all_versions)``; have every
+   object a retained version references and, since there is no GC yet, only
+   orphans the failed operation wrote itself (nothing that existed before is
+   deleted; an orphan manifest only ever sits in the version slot the operation
+   aimed at and never shows up in the history); and accept a later append that
+   is then visible.
+
+For the fault kinds that are not a crash the operation must either return (and
+then its commit is visible exactly once, at the version it reported, under the
+commit id it reported) or raise a :class:`CaslakeError`.  A typed error other
+than :class:`CommitOutcomeUnknown` claims the commit did not happen, so the
+table must then still be at the old version.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import caslake
+from caslake.errors import CaslakeError, CommitOutcomeUnknown
+from caslake.format.keys import MANIFEST_PREFIX
+from caslake.maintenance.verify import verify_table
+from caslake.store import ObjectStore, open_store
+from caslake.store.faults import Fault, FaultyStore, SimulatedCrash, reset_error
+from caslake.store.memory import forget_memory_space
+from caslake.table.commit import CommitPolicy
+from caslake.table.metadata_io import MetadataIO
+from caslake.table.table import CommitResult, Table
+
+ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
+SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
+                    pa.field("f", pa.float64())])
+# Small files with several row groups, so every append writes several files and
+# deletes address files, row groups and positions.
+WRITE = caslake.WriteOptions(target_file_size=4_000, row_group_size=1_200)
+FAST = CommitPolicy(max_attempts=20, base_backoff_s=0.0001, max_backoff_s=0.001,
+                    settle_attempts=3)
+PREFIXES = ("data/", "tombstone/", MANIFEST_PREFIX)
+DEAD_CALLS = 1_000  # more calls than any operation here makes: a dead process stays dead
+
+Row = tuple[int, str | None, float | None]
+
+
+# --- deterministic data and the model -----------------------------------------------
+
+
+def rows(lo: int, hi: int, tag: str = "") -> list[Row]:
+    return [(i, None if i % 7 == 0 else f"{tag}s{i % 13}", None if i % 5 == 0 else i * 0.25)
+            for i in range(lo, hi)]
+
+
+def arrow(rs: list[Row]) -> pa.Table:
+    return pa.table({"id": pa.array([r[0] for r in rs], pa.int64()),
+                     "s": pa.array([r[1] for r in rs], pa.string()),
+                     "f": pa.array([r[2] for r in rs], pa.float64())}, schema=SCHEMA)
+
+
+def same_rows(table: Table, expected: list[Row], version: int | None = None) -> bool:
+    """Does the table (at ``version``) hold exactly ``expected`` (ids are unique here)?"""
+    got = table.scan(version=version).to_arrow().sort_by("id")
+    want = arrow(sorted(expected, key=lambda r: r[0]))
+    return got.num_rows == want.num_rows and all(
+        got.column(n).equals(want.column(n)) for n in SCHEMA.names)
+
+
+def build(uri: str) -> list[list[Row]]:
+    """Create the base table at ``uri``; return the model: rows per version."""
+    t = caslake.create_table(uri, SCHEMA, write_options=WRITE)
+    versions: list[list[Row]] = [[]]
+    cur: list[Row] = []
+    for lo, hi in ((0, 2000), (2000, 3000)):
+        t.append(arrow(rows(lo, hi)))
+        cur = cur + rows(lo, hi)
+        versions.append(cur)
+    t.delete("id BETWEEN 10 AND 20")  # the base already has a tombstone to merge with
+    cur = [r for r in cur if not 10 <= r[0] <= 20]
+    versions.append(cur)
+    return versions
+
+
+# --- the operations under test ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Op:
+    run: Callable[[Table], CommitResult]
+    model: Callable[[list[Row]], list[Row]]
+
+
+def _append(t: Table) -> CommitResult:
+    return t.append(arrow(rows(3000, 4000)))
+
+
+def _delete(t: Table) -> CommitResult:
+    return t.delete("id >= 100 AND id < 1200 OR s = 's3'")
+
+
+UPSERT = rows(2900, 3100, tag="u")
+
+
+def _upsert(t: Table) -> CommitResult:
+    return t.upsert(arrow(UPSERT), key=["id"])
+
+
+def _transaction(t: Table) -> CommitResult:
+    with t.transaction() as tx:
+        tx.delete("f IS NULL OR id BETWEEN 2500 AND 2600")
+        tx.append(arrow(rows(5000, 5300)))
+    assert tx.result is not None
+    return tx.result
+
+
+def _upsert_model(rs: list[Row]) -> list[Row]:
+    keys = {r[0] for r in UPSERT}
+    return [r for r in rs if r[0] not in keys] + UPSERT
+
+
+OPS: dict[str, Op] = {
+    "append": Op(_append, lambda rs: rs + rows(3000, 4000)),
+    "delete": Op(_delete, lambda rs: [r for r in rs
+                                      if not (100 <= r[0] < 1200 or r[1] == "s3")]),
+    "upsert": Op(_upsert, _upsert_model),
+    "transaction": Op(_transaction, lambda rs: [r for r in rs if not (
+        r[2] is None or 2500 <= r[0] <= 2600)] + rows(5000, 5300)),
+}
+
+
+# --- store helpers -------------------------------------------------------------------
+
+
+class Tables:
+    """Fresh table locations of one backend kind."""
+
+    def __init__(self, kind: str, root: Path) -> None:
+        self.kind = kind
+        self.root = root
+        self.memory_names: list[str] = []
+
+    def new_uri(self) -> str:
+        name = uuid.uuid4().hex
+        if self.kind == "memory":
+            self.memory_names.append(name)
+            return f"memory://{name}"
+        return str(self.root / name)
+
+    def close(self) -> None:
+        for name in self.memory_names:
+            forget_memory_space(name)
+
+
+def list_keys(store: ObjectStore) -> set[str]:
+    return {m.key for p in PREFIXES for m in store.list(p)}
+
+
+def referenced_keys(store: ObjectStore) -> tuple[set[str], list[str]]:
+    """Every object any retained version references, and the manifests of the history."""
+    io = MetadataIO(store)
+    chain = io.history(io.latest())
+    refs: set[str] = set()
+    for snap in chain:
+        m = snap.manifest
+        refs.add(snap.key)
+        refs.update(s.manifest for s in m.segments)
+        refs.update(a.manifest for a in m.ancestors)
+        refs.update(f.path for f in io.live_files(snap))
+        refs.update(t.path for t in m.tombstones)
+    return refs, [s.key for s in reversed(chain)]
+
+
+def faulty_table(uri: str) -> tuple[Table, FaultyStore]:
+    store = FaultyStore(open_store(uri), [])
+    t = Table.load(store, write_options=WRITE)
+    t.commit_policy = FAST
+    return t, store
+
+
+# --- the check after every fault -----------------------------------------------------
+
+
+def check_after(uri: str, model: list[list[Row]], new_rows: list[Row], before_keys: set[str],
+                base_manifests: list[str], *, must_be: str | None = None,
+                commit_id: str | None = None, where: str = "") -> str:
+    """Check the table after a failed or faulted operation; return "old" or "new"."""
+    old_version = len(model) - 1
+    store = open_store(uri)
+    t = caslake.open_table(uri)
+    assert t.version in (old_version, old_version + 1), where
+    state = "old" if t.version == old_version else "new"
+    if must_be is not None:
+        assert state == must_be, f"{where}: table is at the {state} version, expected {must_be}"
+    expected = model[-1] if state == "old" else new_rows
+    assert same_rows(t, expected), f"{where}: rows are neither exactly old nor exactly new"
+    if state == "new":  # the version before still reads as it did
+        assert same_rows(t, model[-1], version=old_version), where
+    hist = t.history()
+    assert [h.version for h in hist] == list(range(t.version, -1, -1)), where
+    assert len({h.commit_id for h in hist}) == len(hist), f"{where}: duplicate commit id"
+    if state == "new" and commit_id is not None:
+        assert hist[0].commit_id == commit_id, f"{where}: the new version is not our commit"
+    report = verify_table(store, deep=True, all_versions=True)
+    assert report.ok, f"{where}: verify found {report.problems}"
+    # No GC yet: what the failure leaves behind is only unreferenced new objects.
+    after_keys = list_keys(store)
+    refs, chain = referenced_keys(store)
+    assert chain[: len(base_manifests)] == base_manifests, f"{where}: history rewritten"
+    assert refs <= after_keys, f"{where}: referenced but missing: {sorted(refs - after_keys)}"
+    assert before_keys <= after_keys, (
+        f"{where}: pre-existing objects deleted: {sorted(before_keys - after_keys)}")
+    orphans = after_keys - refs
+    assert not orphans & before_keys, where
+    slot = f"{MANIFEST_PREFIX}v{old_version + 1:020d}-"
+    stray = [k for k in orphans if k.startswith(MANIFEST_PREFIX) and not k.startswith(slot)]
+    assert not stray, f"{where}: orphan manifests outside the slot it aimed at: {stray}"
+    # A later commit succeeds on top of whatever is there, and is visible.
+    later = caslake.open_table(uri)
+    later.commit_policy = FAST
+    res = later.append(arrow(rows(9000, 9010)))
+    assert res.version == t.version + 1 and not res.noop, where
+    again = caslake.open_table(uri)
+    assert again.version == t.version + 1, where
+    assert same_rows(again, expected + rows(9000, 9010)), where
+    return state
+
+
+def prepare(tables: Tables) -> tuple[str, list[list[Row]], set[str], list[str]]:
+    uri = tables.new_uri()
+    model = build(uri)
+    store = open_store(uri)
+    keys = list_keys(store)
+    refs, chain = referenced_keys(store)
+    assert keys == refs, "the base table must have no orphans"
+    return uri, model, keys, chain
+
+
+def count_calls(tables: Tables, op: Op) -> int:
+    uri, model, _, _ = prepare(tables)
+    t, store = faulty_table(uri)
+    start = store.calls
+    res = op.run(t)
+    assert not res.noop and res.version == len(model) - 1 + 1
+    fresh = caslake.open_table(uri)
+    assert same_rows(fresh, op.model(model[-1]))
+    for v, want in enumerate(model):
+        assert same_rows(fresh, want, version=v)
+    return store.calls - start
+
+
+# --- the tests -------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "local"])
+def tables(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tables]:
+    t = Tables(str(request.param), tmp_path)
+    yield t
+    t.close()
+
+
+MODES = ["crash", "lost-reply", "fail-before"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_fault_at_every_store_call(tables: Tables, op_name: str, mode: str) -> None:
+    op = OPS[op_name]
+    n = count_calls(tables, op)
+    assert n >= 5, f"{op_name} made only {n} store calls"
+    outcomes: dict[str, int] = {}
+    for i in range(1, n + 1):
+        uri, model, before_keys, base_manifests = prepare(tables)
+        new_rows = op.model(model[-1])
+        t, store = faulty_table(uri)
+        where = f"{op_name}/{tables.kind}/{mode} at call {i} of {n}"
+        if mode == "crash":
+            fault = Fault(ALL_OPS, "crash", calls=frozenset(range(i, i + DEAD_CALLS)))
+        else:
+            fault = Fault(ALL_OPS, "after" if mode == "lost-reply" else "before",
+                          calls=frozenset({i}), error=reset_error)
+        store.faults.append(fault)
+        must_be: str | None = None
+        commit_id: str | None = None
+        if mode == "crash":
+            with pytest.raises(SimulatedCrash):
+                op.run(t)
+            assert fault.fired >= 1, where
+            assert fault.seen >= i, where
+            outcome = "crash"
+        else:
+            try:
+                res = op.run(t)
+            except CaslakeError as e:
+                outcome = type(e).__name__
+                if isinstance(e, CommitOutcomeUnknown):
+                    commit_id = e.commit_id
+                else:
+                    must_be = "old"  # a typed failure other than "unknown" must mean "not done"
+            else:
+                outcome = "ok"
+                must_be = "new"
+                commit_id = res.commit_id
+                assert res.version == len(model), f"{where}: reported version {res.version}"
+                assert not res.noop, where
+            assert fault.fired == 1, f"{where}: the fault did not fire"
+        state = check_after(uri, model, new_rows, before_keys, base_manifests,
+                            must_be=must_be, commit_id=commit_id, where=where)
+        label = f"{outcome}->{state}"
+        outcomes[label] = outcomes.get(label, 0) + 1
+    print(f"\n{op_name} [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+    if mode == "lost-reply":
+        # The lost reply of the pointer CAS itself must be settled as a success.
+        assert outcomes.get("ok->new", 0) >= 1, outcomes

@@ -1,0 +1,491 @@
+"""Stateful model test: the real table, transient faults included, against a plain model.
+
+A Hypothesis :class:`RuleBasedStateMachine` drives one table (memory store; a
+smaller profile on the moto S3 server) next to a plain-Python model: the list
+of rows of every version.  Rules append small batches (an int64 ``id`` that
+repeats, a string and a float column with NULLs), delete by key, by range and
+by predicate, upsert by key, run a transaction (delete + append), read a random
+retained version, reopen the table (a new handle, cold caches), and arm
+trouble for the next write:
+
+* a transient fault on a ``put`` of the pointer, a manifest, a data file or a
+  tombstone, which fails before it is applied or is applied and then loses its
+  reply;
+* a crash: the writer dies at its n-th store call (:class:`SimulatedCrash`)
+  and is replaced by a new handle;
+* a race: another writer appends right before the write's pointer CAS, which
+  then fails with 412, so the write must settle, find it lost, remove its
+  losing manifest and rebase on top.
+
+A write under a fault must either return or raise a :class:`CaslakeError`.
+The model is then reconciled with the table's real current version, which must
+equal the model before the operation or after it (and, unless the error was
+:class:`CommitOutcomeUnknown`, a failed write must have left the old version; a
+returned write must have made the new one).
+
+Invariants after every step: the latest table equals the model; every
+acknowledged commit (``CommitResult.commit_id``) is in the history at the
+version it was acknowledged at, and the history has exactly the versions the
+model has; every few steps (and at the end, deep and over all versions)
+``verify_table`` finds every referenced object.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, event, note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import caslake
+from caslake.errors import CaslakeError, CommitOutcomeUnknown, PreconditionFailed
+from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, POINTER_KEY, TOMBSTONE_PREFIX
+from caslake.maintenance.verify import verify_table
+from caslake.store import open_store
+from caslake.store.faults import Fault, FaultyStore, SimulatedCrash
+from caslake.store.memory import forget_memory_space
+from caslake.table.commit import CommitPolicy
+from caslake.table.table import CommitResult, Table
+
+SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
+                    pa.field("f", pa.float64())])
+FAST = CommitPolicy(max_attempts=20, base_backoff_s=0.0001, max_backoff_s=0.002,
+                    settle_attempts=3)
+VERIFY_EVERY = 5
+ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
+
+Row = tuple[int, str | None, float | None]
+
+
+# --- data and predicates -------------------------------------------------------------
+
+ids = st.integers(0, 12)
+row_st = st.tuples(ids, st.sampled_from(["a", "b", "c", None]),
+                   st.sampled_from([None, -1.5, 0.0, 2.5, 7.0]))
+batch_st = st.lists(row_st, min_size=1, max_size=6)
+
+
+def _lt(v: float | None, x: float) -> bool:
+    return v is not None and v < x
+
+
+@dataclass(frozen=True)
+class Pred:
+    sql: str
+    holds: Callable[[Row], bool]  # SQL three-valued logic: NULL never satisfies a comparison
+
+    def __repr__(self) -> str:
+        return repr(self.sql)
+
+
+PREDICATES = [
+    Pred("s = 'a'", lambda r: r[1] == "a"),
+    Pred("f IS NULL", lambda r: r[2] is None),
+    Pred("f > 1.0 AND s IS NOT NULL", lambda r: r[2] is not None and r[2] > 1.0
+         and r[1] is not None),
+    Pred("s IN ('b', 'c') OR f < 0", lambda r: r[1] in ("b", "c") or _lt(r[2], 0)),
+    Pred("NOT (s = 'a')", lambda r: r[1] is not None and r[1] != "a"),
+    Pred("id > 8 AND f IS NOT NULL", lambda r: r[0] > 8 and r[2] is not None),
+]
+
+# Prefixes of the puts a fault can hit: the commit's own writes (every write that
+# creates a version makes both), and the immutable objects it uploads first.
+COMMIT_FAULTS = [(p, w) for p in (POINTER_KEY, MANIFEST_PREFIX) for w in ("before", "after")]
+OBJECT_FAULTS = [(p, w) for p in (DATA_PREFIX, TOMBSTONE_PREFIX) for w in ("before", "after")]
+
+
+def arrow(rs: list[Row]) -> pa.Table:
+    return pa.table({"id": pa.array([r[0] for r in rs], pa.int64()),
+                     "s": pa.array([r[1] for r in rs], pa.string()),
+                     "f": pa.array([r[2] for r in rs], pa.float64())}, schema=SCHEMA)
+
+
+def canon(rs: list[Row]) -> list[Row]:
+    return sorted(rs, key=lambda r: tuple((0, 0) if v is None else (1, v) for v in r))
+
+
+def table_rows(t: pa.Table) -> list[Row]:
+    return canon(list(zip(t.column("id").to_pylist(), t.column("s").to_pylist(),
+                          t.column("f").to_pylist(), strict=True)))
+
+
+@dataclass(frozen=True)
+class Effect:
+    rows: list[Row]  # the model's rows after the operation
+    deleted: int  # live rows the operation deletes
+    new_version: bool  # does the operation create a version?
+
+
+# What an operation does to the rows of the version it commits on.
+EffectOf = Callable[[list[Row]], Effect]
+
+
+@dataclass(frozen=True)
+class Race:
+    """Another writer's commit that lands right before our pointer CAS."""
+
+    append: list[Row] | None = None  # it appends these rows ...
+    delete: Pred | None = None  # ... or deletes by this predicate
+
+
+class Stats:
+    """What happened over a whole run, to prove the faults really fired."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, int] = {}
+
+    def add(self, label: str) -> None:
+        self.outcomes[label] = self.outcomes.get(label, 0) + 1
+
+
+# --- the machine -----------------------------------------------------------------------
+
+
+class TableMachine(RuleBasedStateMachine):
+    # Set by the test function that runs the machine (see ``machine_for``).
+    new_uri: ClassVar[Callable[[], str]]
+    options: ClassVar[dict[str, str] | None] = None
+    write_options: ClassVar[caslake.WriteOptions] = caslake.WriteOptions()
+    stats: ClassVar[Stats]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.uri = self.new_uri()
+        self.steps = 0
+        self.model: list[list[Row]] = [[]]  # rows per version
+        self.acked: dict[int, str] = {}  # version -> commit id acknowledged by a CommitResult
+        self.armed: Fault | None = None  # a transient fault for the next write
+        self.race: Race | None = None  # another writer's commit right before our CAS
+        caslake.create_table(self.uri, SCHEMA, storage_options=self.options,
+                             write_options=self.write_options)
+        self.plain = open_store(self.uri, self.options)
+        self.store = FaultyStore(open_store(self.uri, self.options), [])
+        self.table = self._load()
+        # A reader on a plain, fault-free store (manifests are immutable, so its cache
+        # stays valid; every read still starts from the pointer).
+        self.observer = Table.load(self.plain)
+
+    def _load(self) -> Table:
+        t = Table.load(self.store, write_options=self.write_options)
+        t.commit_policy = FAST
+        return t
+
+    def _fresh(self) -> Table:
+        """A new handle (cold caches) on a plain, fault-free store."""
+        return Table.load(self.plain)
+
+    @property
+    def current(self) -> list[Row]:
+        return self.model[-1]
+
+    # --- running one write and reconciling the model ----------------------------------
+
+    def _arm_race(self, race: Race) -> tuple[Fault, list[CommitResult]]:
+        """Another writer commits just before our next pointer CAS, so the CAS fails
+        with 412 and the commit must settle (lost), clean up and rebase."""
+        landed: list[CommitResult] = []
+
+        def other_wins(key: str) -> CaslakeError:
+            other = Table.load(self.plain)
+            other.commit_policy = FAST
+            if race.append is not None:
+                landed.append(other.append(arrow(race.append)))
+            else:
+                assert race.delete is not None
+                landed.append(other.delete(race.delete.sql))
+            # Even if the other delete was a no-op, a 412 must be settled, not trusted.
+            return PreconditionFailed("another writer moved the pointer", key=key)
+
+        return Fault(frozenset({"put"}), "before", prefix=POINTER_KEY, times=1,
+                     error=other_wins), landed
+
+    def _manifests(self) -> set[str]:
+        return {m.key for m in self.plain.list(MANIFEST_PREFIX)}
+
+    def _adopt_race(self, race: Race, other: CommitResult, effect_of: EffectOf,
+                    manifests_before: set[str]) -> Effect:
+        """Put the other writer's commit into the model; what our write must do now."""
+        old_version = len(self.model) - 1
+        if other.noop:
+            assert race.delete is not None and other.version == old_version, other
+            return effect_of(self.current)
+        assert other.version == old_version + 1, other
+        self.acked[other.version] = other.commit_id
+        # Our manifest that lost this version slot was removed (protocol.md, step 7);
+        # only the winner's is new there (orphans of earlier failed writes may remain).
+        new = self._manifests() - manifests_before
+        slot = sorted(k for k in new if k.startswith(f"{MANIFEST_PREFIX}v{other.version:020d}-"))
+        assert len(slot) == 1, f"the losing manifest of version {other.version} is left: {slot}"
+        if race.append is not None:
+            mine = effect_of(self.current)
+            self.model.append(canon(self.current + race.append))
+            # The concurrent append touched none of the files our delete targets, so the
+            # delete keeps its plan: rows the other writer appended all survive.
+            return Effect(mine.rows + race.append, mine.deleted, mine.new_version)
+        assert race.delete is not None
+        holds = race.delete.holds
+        self.model.append(canon([r for r in self.current if not holds(r)]))
+        # Our delete is planned again (or kept, if the other touched other files) on the
+        # new version: rows already deleted are neither deleted nor counted twice.
+        return effect_of(self.current)
+
+    def _write(self, name: str, run: Callable[[Table], CommitResult],
+               effect_of: EffectOf) -> None:
+        old_version = len(self.model) - 1
+        fault, race = self.armed, self.race
+        self.armed = self.race = None
+        race_results: list[CommitResult] = []
+        manifests_before: set[str] = set()
+        if race is not None:
+            fault, race_results = self._arm_race(race)
+            manifests_before = self._manifests()
+        if fault is not None:
+            self.store.faults.append(fault)
+        crashed = False
+        try:
+            res: CommitResult | None = run(self.table)
+            error: CaslakeError | None = None
+        except CaslakeError as e:  # anything else (a bare Exception) fails the test
+            res, error = None, e
+        except SimulatedCrash:
+            res, error, crashed = None, None, True
+        finally:
+            if fault is not None:
+                self.store.faults.remove(fault)
+        fired = fault is not None and fault.fired > 0
+        if not fired:
+            # No fault applied to this operation (none armed, or not one it makes).
+            assert error is None and not crashed, f"{name} failed without a fault: {error!r}"
+        if crashed:
+            # The writer process died; the table lives on with a new writer.
+            self.table = self._load()
+        what = ("no fault" if fault is None or not fired else
+                f"race ({'append' if race.append is not None else 'delete'})"
+                if race is not None else "crash" if crashed else f"{fault.when} {fault.prefix}")
+        outcome = ("died" if crashed else type(error).__name__ if error is not None
+                   else "noop" if res is not None and res.noop else "ok")
+        label = f"{name}: {what} -> {outcome}"
+        event(label)
+        self.stats.add(label if fired else "no fault")
+        note(f"{label}; error={error!r}")
+
+        if race is not None and fired:
+            assert res is not None, f"{name} lost a plain race: {error!r}"
+            assert res.attempts >= 2, res
+            (other,) = race_results
+            effect = self._adopt_race(race, other, effect_of, manifests_before)
+            old_version = len(self.model) - 1
+        else:
+            effect = effect_of(self.current)
+
+        if not effect.new_version:
+            # Nothing to do: no version may be created, fault or not.
+            if res is not None:
+                assert res.noop and res.rows_deleted == 0, res
+            assert self.observer.refresh().version == old_version
+            return
+
+        real = self.observer.refresh()
+        assert real.version in (old_version, old_version + 1), (
+            f"{name}: table is at version {real.version}, expected {old_version} or "
+            f"{old_version + 1}")
+        landed = real.version == old_version + 1
+        got = table_rows(real.scan().to_arrow())
+        if res is not None:
+            assert landed, f"{name} returned version {res.version} but did not land"
+            assert not res.noop and res.version == old_version + 1, res
+            assert res.rows_deleted == effect.deleted, (res, effect.deleted)
+            assert self.table.version == res.version, "the handle did not move to its commit"
+            self.acked[res.version] = res.commit_id
+        elif not crashed and not isinstance(error, CommitOutcomeUnknown):
+            assert not landed, f"{name} raised {error!r} but its commit landed"
+        if landed:
+            assert got == canon(effect.rows), f"{name}: the new version is not the model's"
+            self.model.append(canon(effect.rows))
+        else:
+            assert got == self.current, f"{name}: the old version changed"
+
+    # --- rules -----------------------------------------------------------------------------
+
+    @initialize()
+    def start(self) -> None:
+        note(f"table at {self.uri}")
+
+    @rule(batch=batch_st)
+    def append(self, batch: list[Row]) -> None:
+        self._write("append", lambda t: t.append(arrow(batch)),
+                    lambda base: Effect(base + batch, 0, True))
+
+    def _delete(self, name: str, where: str, holds: Callable[[Row], bool]) -> None:
+        def effect(base: list[Row]) -> Effect:
+            kept = [r for r in base if not holds(r)]
+            return Effect(kept, len(base) - len(kept), len(kept) < len(base))
+
+        self._write(name, lambda t: t.delete(where), effect)
+
+    @rule(k=ids)
+    def delete_key(self, k: int) -> None:
+        self._delete("delete_key", f"id = {k}", lambda r: r[0] == k)
+
+    @rule(a=ids, b=ids)
+    def delete_range(self, a: int, b: int) -> None:
+        lo, hi = min(a, b), max(a, b)
+        self._delete("delete_range", f"id BETWEEN {lo} AND {hi}", lambda r: lo <= r[0] <= hi)
+
+    @rule(pred=st.sampled_from(PREDICATES))
+    def delete_predicate(self, pred: Pred) -> None:
+        self._delete("delete_predicate", pred.sql, pred.holds)
+
+    @rule(batch=batch_st)
+    def upsert(self, batch: list[Row]) -> None:
+        keys = {r[0] for r in batch}
+
+        def effect(base: list[Row]) -> Effect:
+            kept = [r for r in base if r[0] not in keys]
+            return Effect(kept + batch, len(base) - len(kept), True)
+
+        self._write("upsert", lambda t: t.upsert(arrow(batch), key=["id"]), effect)
+
+    @rule(pred=st.sampled_from(PREDICATES), batch=batch_st)
+    def transaction(self, pred: Pred, batch: list[Row]) -> None:
+        def run(t: Table) -> CommitResult:
+            with t.transaction() as tx:
+                tx.delete(pred.sql)
+                tx.append(arrow(batch))
+            assert tx.result is not None
+            return tx.result
+
+        def effect(base: list[Row]) -> Effect:
+            kept = [r for r in base if not pred.holds(r)]
+            return Effect(kept + batch, len(base) - len(kept), True)
+
+        self._write("transaction", run, effect)
+
+    @rule(data=st.data())
+    def read_version(self, data: st.DataObject) -> None:
+        v = data.draw(st.integers(0, len(self.model) - 1), label="version")
+        got = table_rows(self.table.scan(version=v).to_arrow())
+        assert got == self.model[v], f"version {v} differs from the model"
+
+    @rule()
+    def reopen(self) -> None:
+        self.table = self._load()
+
+    # Two rules, so that about one step in five arms a fault for the next write.
+    @precondition(lambda self: self.armed is None and self.race is None)
+    @rule(spec=st.sampled_from(COMMIT_FAULTS))
+    def inject_commit_fault(self, spec: tuple[str, str]) -> None:
+        self.armed = Fault(frozenset({"put"}), spec[1], prefix=spec[0], times=1)
+
+    @precondition(lambda self: self.armed is None and self.race is None)
+    @rule(spec=st.sampled_from(OBJECT_FAULTS))
+    def inject_object_fault(self, spec: tuple[str, str]) -> None:
+        self.armed = Fault(frozenset({"put"}), spec[1], prefix=spec[0], times=1)
+
+    @precondition(lambda self: self.armed is None and self.race is None)
+    @rule(call=st.integers(1, 14))
+    def inject_crash(self, call: int) -> None:
+        """The writer dies at its ``call``-th store call of the next write (and stays
+        dead: every later call of that write crashes too)."""
+        self.armed = Fault(ALL_OPS, "crash", calls=frozenset(range(call, call + 1_000)))
+
+    @precondition(lambda self: self.armed is None and self.race is None)
+    @rule(batch=batch_st)
+    def concurrent_append(self, batch: list[Row]) -> None:
+        self.race = Race(append=batch)
+
+    @precondition(lambda self: self.armed is None and self.race is None)
+    @rule(pred=st.sampled_from(PREDICATES))
+    def concurrent_delete(self, pred: Pred) -> None:
+        self.race = Race(delete=pred)
+
+    # --- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def latest_equals_model(self) -> None:
+        rows = table_rows(self.observer.scan().to_arrow())
+        assert self.observer.version == len(self.model) - 1
+        assert rows == self.current
+
+    @invariant()
+    def acknowledged_commits_are_visible(self) -> None:
+        hist = self.observer.history()
+        assert [h.version for h in hist] == list(range(len(self.model) - 1, -1, -1)), (
+            "the history has versions the model does not")
+        by_version = {h.version: h.commit_id for h in hist}
+        assert len(set(by_version.values())) == len(hist), "a commit id appears twice"
+        for v, cid in self.acked.items():
+            assert by_version.get(v) == cid, f"acknowledged commit {cid} is not version {v}"
+
+    @invariant()
+    def referenced_objects_exist(self) -> None:
+        self.steps += 1
+        if self.steps % VERIFY_EVERY == 0:
+            report = verify_table(self.plain)
+            assert report.ok, report.problems
+
+    def teardown(self) -> None:
+        try:
+            report = verify_table(self.plain, deep=True, all_versions=True)
+            assert report.ok, report.problems
+            t = self._fresh()
+            for v, want in enumerate(self.model):
+                assert table_rows(t.scan(version=v).to_arrow()) == want, f"version {v}"
+        finally:
+            if self.uri.startswith("memory://"):
+                forget_memory_space(self.uri[len("memory://"):])
+
+
+def machine_for(new_uri: Callable[[], str], options: dict[str, str] | None,
+                write_options: caslake.WriteOptions) -> tuple[type[TableMachine], Stats]:
+    stats = Stats()
+    attrs: dict[str, Any] = {"new_uri": staticmethod(new_uri), "options": options,
+                             "write_options": write_options, "stats": stats}
+    return type("Machine", (TableMachine,), attrs), stats
+
+
+def check_faults_fired(stats: Stats) -> None:
+    """Over a whole run the armed faults must really have fired, both ways."""
+    fired = {k: v for k, v in stats.outcomes.items() if k != "no fault"}
+    print(f"\nfault outcomes: {dict(sorted(fired.items()))}")
+    assert any(k.endswith("-> ok") for k in fired), fired  # settled or rebased
+    assert any(k.endswith("Error") for k in fired), fired  # failed, typed
+
+
+# --- the tests ---------------------------------------------------------------------------
+
+# Small files with one-row row groups: appends write several files, deletes address
+# row groups and positions.
+MEMORY_LAYOUT = caslake.WriteOptions(target_file_size=2_500, row_group_size=1)
+S3_LAYOUT = caslake.WriteOptions(target_file_size=3_000, row_group_size=50)
+
+
+def test_model_memory() -> None:
+    machine, stats = machine_for(lambda: f"memory://{uuid.uuid4().hex}", None, MEMORY_LAYOUT)
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=100, stateful_step_count=25, deadline=None, database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    check_faults_fired(stats)
+
+
+@pytest.mark.s3
+def test_model_s3(s3_uri: str, s3_options: dict[str, str]) -> None:
+    machine, stats = machine_for(lambda: f"{s3_uri}-{uuid.uuid4().hex[:12]}", s3_options,
+                                 S3_LAYOUT)
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=10, stateful_step_count=25, deadline=None, database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    check_faults_fired(stats)
