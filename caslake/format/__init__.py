@@ -6,3 +6,7 @@ any defect into :class:`caslake.errors.CorruptMetadata` naming the object.
 """
 
 FORMAT_VERSION = 1
+
+# Counts, sizes and offsets on storage are signed 64-bit (as in Parquet); a
+# larger value in a document is a defect, not a number to pass on to the OS.
+MAX_INT64 = 2**63 - 1

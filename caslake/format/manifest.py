@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from caslake.errors import CorruptMetadata, UnsupportedFormatVersion
-from caslake.format import FORMAT_VERSION
+from caslake.format import FORMAT_VERSION, MAX_INT64
 from caslake.format.keys import (
     DATA_PREFIX,
     MANIFEST_PREFIX,
@@ -49,12 +49,17 @@ class DataFile:
     row_group_count: int
     footer_size: int  # bytes of footer + 8 (length and magic) at the end of the file
     stats: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # field id -> stats
+    footer_crc32: int | None = None  # CRC-32 of those footer_size bytes; None: not recorded
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "etag": self.etag,
-                "row_count": self.row_count, "row_group_count": self.row_group_count,
-                "footer_size": self.footer_size,
-                "stats": {str(k): dict(v) for k, v in sorted(self.stats.items())}}
+        out: dict[str, Any] = {
+            "path": self.path, "size": self.size, "etag": self.etag,
+            "row_count": self.row_count, "row_group_count": self.row_group_count,
+            "footer_size": self.footer_size}
+        if self.footer_crc32 is not None:
+            out["footer_crc32"] = self.footer_crc32
+        out["stats"] = {str(k): dict(v) for k, v in sorted(self.stats.items())}
+        return out
 
 
 @dataclass(frozen=True)
@@ -223,8 +228,8 @@ class _Doc:
 
     def nonneg(self, name: str) -> int:
         v: int = self.get(name, int)
-        if v < 0:
-            raise self.error(f"field {name!r} must be >= 0")
+        if not 0 <= v <= MAX_INT64:
+            raise self.error(f"field {name!r} must be a non-negative 64-bit integer")
         return v
 
     def child(self, name: str, obj: object) -> _Doc:
@@ -252,7 +257,7 @@ class _Doc:
 def _load_json(data: bytes, key: str) -> object:
     try:
         return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # incl. ints past int_max_str_digits
         raise CorruptMetadata(key, f"not valid JSON ({e})") from None
 
 
@@ -326,9 +331,13 @@ def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
     footer = doc.nonneg("footer_size")
     if footer < 8 or footer > size:
         raise doc.error("footer_size must be between 8 and the file size")
+    crc: int | None = doc.get("footer_crc32", int, optional=True)
+    if crc is not None and not 0 <= crc < 2**32:
+        raise doc.error("footer_crc32 must be an unsigned 32-bit integer")
     return DataFile(path=doc.safe_key("path", DATA_PREFIX), size=size,
                     etag=doc.get("etag", str), row_count=doc.nonneg("row_count"),
                     row_group_count=doc.nonneg("row_group_count"), footer_size=footer,
+                    footer_crc32=crc,
                     stats=stats)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from pyroaring import BitMap
 
 from caslake.errors import CorruptMetadata, UnsupportedFormatVersion
-from caslake.format import FORMAT_VERSION
+from caslake.format import FORMAT_VERSION, MAX_INT64
 from caslake.format.keys import DATA_PREFIX, check_relative_key
 
 MAGIC = b"CLTB"
@@ -97,8 +97,8 @@ def _fail(key: str, reason: str) -> CorruptMetadata:
 
 def _int(obj: Mapping[str, Any], name: str, key: str, where: str) -> int:
     v = obj.get(name)
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise _fail(key, f"{where}: {name!r} must be a non-negative integer")
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_INT64:
+        raise _fail(key, f"{where}: {name!r} must be a non-negative 64-bit integer")
     return v
 
 
@@ -114,7 +114,7 @@ def parse_tombstone(data: bytes, key: str) -> Tombstone:
         raise _fail(key, "header length runs past the end of the object")
     try:
         header = json.loads(data[8:8 + hlen])
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # incl. ints past int_max_str_digits
         raise _fail(key, f"header is not valid JSON ({e})") from None
     if not isinstance(header, dict) or header.get("format") != TOMBSTONE_FORMAT:
         raise _fail(key, "header is not a caslake.tombstone object")
@@ -150,7 +150,10 @@ def parse_tombstone(data: bytes, key: str) -> Tombstone:
         if len(set(groups_raw)) != len(groups_raw):
             raise _fail(key, f"{where}: duplicate row groups")
         ranges = []
-        for j, kr in enumerate(raw.get("key_ranges", [])):
+        ranges_raw = raw.get("key_ranges", [])
+        if not isinstance(ranges_raw, list):
+            raise _fail(key, f"{where}.key_ranges must be a list")
+        for j, kr in enumerate(ranges_raw):
             if not isinstance(kr, dict) or "min" not in kr or "max" not in kr:
                 raise _fail(key, f"{where}.key_ranges[{j}] must have field_id, min and max")
             ranges.append(KeyRange(_int(kr, "field_id", key, f"{where}.key_ranges[{j}]"),

@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import unquote
 
 from caslake.errors import (
     AlreadyExists,
@@ -80,12 +81,17 @@ def etag_from_stat(st: os.stat_result) -> str:
 
 
 def path_from_uri(uri: str) -> Path:
-    """The root directory named by a plain path or a ``file://`` URI."""
+    """The root directory named by a plain path or a ``file:`` URI.  A URI is
+    percent-decoded (RFC 8089, as ``Path.as_uri()`` and ``Table.uri`` encode it);
+    Spark's ``file:/abs/path`` form is accepted too."""
     raw = uri
-    if uri.startswith("file://"):
-        raw = uri[len("file://"):]
-        if raw.startswith("localhost/"):
-            raw = raw[len("localhost"):]
+    if uri.startswith("file:"):
+        raw = uri[len("file:"):]
+        if raw.startswith("//"):
+            raw = raw[2:]
+            if raw.startswith("localhost/"):
+                raw = raw[len("localhost"):]
+        raw = unquote(raw)
         if not raw.startswith("/"):
             raise StoreConfigError(
                 f"file URI {uri!r} must be absolute (file:///abs/path)", key=None

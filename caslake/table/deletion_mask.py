@@ -32,8 +32,8 @@ from caslake.store.base import ObjectStore
 @dataclass(frozen=True)
 class DecodedKeyRange:
     column: str
-    low: Any
-    high: Any
+    low: pa.Scalar[Any]  # checked against the column's type when the tombstone is loaded
+    high: pa.Scalar[Any]
 
 
 @dataclass
@@ -82,8 +82,8 @@ class DeletionMask:
             offset += n
         for kr in self.key_ranges:
             column = table.column(kr.column)
-            hit: Any = pc.and_(pc.greater_equal(column, pa.scalar(kr.low, column.type)),
-                               pc.less_equal(column, pa.scalar(kr.high, column.type)))
+            hit: Any = pc.and_(pc.greater_equal(column, kr.low.cast(column.type)),
+                               pc.less_equal(column, kr.high.cast(column.type)))
             filled: Any = pc.fill_null(hit, False)
             hit_np = np.asarray(filled.to_numpy(zero_copy_only=False), dtype=bool)
             keep = np.ones(total, dtype=bool) if keep is None else keep
@@ -169,9 +169,9 @@ def load_masks(store: ObjectStore, cache: TombstoneCache, refs: Iterable[Tombsto
                     raise CorruptMetadata(ref.path, f"key range on unknown field id "
                                           f"{kr.field_id}")
                 try:
-                    low = value_from_json(kr.min, fld.arrow_type)
-                    high = value_from_json(kr.max, fld.arrow_type)
-                except (TypeError, ValueError, OverflowError) as e:
+                    low = pa.scalar(value_from_json(kr.min, fld.arrow_type), fld.arrow_type)
+                    high = pa.scalar(value_from_json(kr.max, fld.arrow_type), fld.arrow_type)
+                except (TypeError, ValueError, OverflowError, pa.ArrowException) as e:
                     raise CorruptMetadata(ref.path, f"bad key range on {fld.name!r} ({e})"
                                           ) from None
                 mask.key_ranges.append(DecodedKeyRange(fld.name, low, high))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import itertools
 import threading
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,7 +40,9 @@ from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.table.metadata_io import MetadataIO, Snapshot
 
 POSITION = "__pos"
-_PARQUET_FORMAT = ds.ParquetFileFormat()
+# Data pages carry CRC-32s (the writer adds them); a damaged page is an error.
+_PARQUET_FORMAT = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
+    page_checksum_verification=True))
 _LOCAL_FS = pafs.LocalFileSystem()
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 PREFETCH_UNITS = 4
@@ -69,16 +72,25 @@ class FooterCache:
 
 
 def parse_footer(tail: bytes, f: DataFile) -> pq.FileMetaData:
+    """Check the footer bytes against the manifest entry, then parse them.  The CRC
+    comes first: pyarrow can abort the process on some damaged footers."""
     if len(tail) != f.footer_size or tail[-4:] != b"PAR1":
         raise CorruptMetadata(f.path, "the Parquet footer is truncated or the file is not Parquet")
+    if f.footer_crc32 is not None and zlib.crc32(tail) != f.footer_crc32:
+        raise CorruptMetadata(f.path, "the Parquet footer's CRC-32 differs from the manifest "
+                              "(the file is damaged or was replaced)")
     try:
         md = pq.read_metadata(pa.BufferReader(tail))
-    except (OSError, pa.ArrowException) as e:
+        group_rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: non-UTF-8 names
         raise CorruptMetadata(f.path, f"unreadable Parquet footer ({e})") from None
     if md.num_rows != f.row_count or md.num_row_groups != f.row_group_count:
         raise CorruptMetadata(f.path, f"footer has {md.num_rows} rows in {md.num_row_groups} "
                               f"row groups; the manifest says {f.row_count} in "
                               f"{f.row_group_count}")
+    if any(n < 0 for n in group_rows) or sum(group_rows) != md.num_rows:
+        raise CorruptMetadata(f.path, f"footer's row groups hold {sum(group_rows)} rows, "
+                              f"not its total of {md.num_rows}")
     return md
 
 
@@ -311,11 +323,13 @@ class Scan:
         path = self._store.local_path(task.file.path, etag=task.file.etag)
         if path is not None:
             self._store.counters.record(GET_RANGE, bytes_in=sum(e - s for s, e in ranges))
-            return pq.ParquetFile(path, metadata=md, memory_map=True)
+            return pq.ParquetFile(path, metadata=md, memory_map=True,
+                                  page_checksum_verification=True)
         datas = self._store.get_ranges(task.file.path, ranges, etag=task.file.etag)
         pieces = [(s, d) for (s, _), d in zip(ranges, datas, strict=True)]
         sparse = _SparseFile(task.file.size, pieces, task.file.path)
-        return pq.ParquetFile(pa.PythonFile(sparse, mode="r"), metadata=md, pre_buffer=False)
+        return pq.ParquetFile(pa.PythonFile(sparse, mode="r"), metadata=md, pre_buffer=False,
+                              page_checksum_verification=True)
 
     def _read_local_fragment(self, path: str, task: FileTask, groups: list[int]) -> pa.Table:
         """Local file, no deletion mask: let pyarrow's dataset scanner decode and
@@ -325,7 +339,7 @@ class Scan:
         table = fragment.to_table(
             schema=task.footer.schema.to_arrow_schema(), columns=self.columns,
             filter=to_arrow(self._bound) if self._bound is not None else None)
-        return _cast_to(table, self._arrow_schema, self.columns)
+        return _cast_to(table, self._arrow_schema, self.columns, task.file.path)
 
     def _read_unit(self, task: FileTask, groups: list[int], *,
                    with_positions: bool = False) -> pa.Table:
@@ -349,8 +363,11 @@ class Scan:
             table = pf.read_row_groups(groups, columns=task.columns, use_threads=True)
         except (OSError, pa.ArrowException) as e:
             raise CorruptMetadata(task.file.path, f"unreadable column data ({e})") from None
-        table = _cast_to(table, self._arrow_schema, task.columns)
+        table = _cast_to(table, self._arrow_schema, task.columns, task.file.path)
         spans = task.spans(groups)
+        if table.num_rows != sum(n for _, _, n in spans):
+            raise CorruptMetadata(task.file.path, f"decoded {table.num_rows} rows where the "
+                                  f"footer promises {sum(n for _, _, n in spans)}")
         if with_positions:
             table = table.append_column(POSITION, pa.array(np.concatenate(
                 [np.arange(start, start + n, dtype=np.int64) for _, start, n in spans]),
@@ -428,12 +445,32 @@ def _column_indexes(md: pq.FileMetaData, names: list[str], path: str) -> list[in
     return out
 
 
-def _cast_to(table: pa.Table, schema: pa.Schema, names: list[str]) -> pa.Table:
+def _same_values(a: pa.DataType, b: pa.DataType) -> bool:
+    """True if a column stored as ``a`` may be presented as ``b`` without changing
+    any value: equal types, string/binary offset widths, or a timestamp's unit
+    (Parquet stores seconds as milliseconds; the cast below is a checked one) or
+    time zone spelling."""
+    if a.equals(b):
+        return True
+    if pa.types.is_timestamp(a) and pa.types.is_timestamp(b):
+        return (a.tz is None) == (b.tz is None)
+    text = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
+    blob = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
+    return any(any(k(a) for k in kind) and any(k(b) for k in kind) for kind in (text, blob))
+
+
+def _cast_to(table: pa.Table, schema: pa.Schema, names: list[str], path: str) -> pa.Table:
+    """Present ``table`` (decoded from data file ``path``) in the table schema.  A
+    column whose stored type would change values to fit is a damaged file."""
     target = pa.schema([schema.field(n) for n in names])
     if table.schema.equals(target, check_metadata=False):
         return table
+    for have, want in zip(table.schema, target, strict=True):
+        if not _same_values(have.type, want.type):
+            raise CorruptMetadata(path, f"column {want.name!r} is stored as {have.type}; the "
+                                  f"table schema says {want.type}")
     try:
         return table.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        raise CorruptMetadata("data file", f"column types differ from the table schema ({e})"
+        raise CorruptMetadata(path, f"column types differ from the table schema ({e})"
                               ) from None

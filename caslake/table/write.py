@@ -14,6 +14,7 @@ import contextlib
 import os
 import struct
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -155,7 +156,10 @@ class _FileBuilder:
         self.sink = pa.OSFile(self.path, "wb")
         self.writer = pq.ParquetWriter(self.sink, schema, compression=options.compression,
                                        compression_level=options.compression_level,
-                                       write_statistics=True)
+                                       write_statistics=True,
+                                       # readers verify these: a flipped bit in a page
+                                       # is an error, not a wrong value
+                                       write_page_checksum=True)
         self.rows = 0
 
     def write(self, table: pa.Table) -> int:
@@ -168,18 +172,20 @@ class _FileBuilder:
     def size(self) -> int:
         return int(self.sink.tell())
 
-    def finish(self) -> tuple[int, int, pq.FileMetaData]:
-        """Close the file; return its size, footer size and metadata."""
+    def finish(self) -> tuple[int, int, int, pq.FileMetaData]:
+        """Close the file; return its size, footer size, footer CRC-32 and metadata."""
         self.writer.close()
         self.sink.close()
         with open(self.path, "rb") as f:
             f.seek(-8, os.SEEK_END)
             tail = f.read(8)
             size = f.tell()
-        if tail[4:] != b"PAR1":
-            raise OSError(f"pyarrow wrote no Parquet footer to {self.path}")
-        footer_len = struct.unpack("<I", tail[:4])[0]
-        return size, footer_len + 8, self.writer.writer.metadata
+            if tail[4:] != b"PAR1":
+                raise OSError(f"pyarrow wrote no Parquet footer to {self.path}")
+            footer_size = struct.unpack("<I", tail[:4])[0] + 8
+            f.seek(size - footer_size)
+            footer_crc = zlib.crc32(f.read(footer_size))
+        return size, footer_size, footer_crc, self.writer.writer.metadata
 
     def discard(self) -> None:
         with contextlib.suppress(Exception):
@@ -219,7 +225,7 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
             done.discard()
             return
         try:
-            size, footer_size, md = done.finish()
+            size, footer_size, footer_crc, md = done.finish()
             key = data_file_key()
             etag = store.put_file(key, done.path, mode=PutMode.CREATE)
         finally:
@@ -228,7 +234,7 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
         stats = {schema.field(n).id: st for n, st in stats_by_name.items() if st}
         out.append(DataFile(path=key, size=size, etag=etag, row_count=md.num_rows,
                             row_group_count=md.num_row_groups, footer_size=footer_size,
-                            stats=stats))
+                            footer_crc32=footer_crc, stats=stats))
 
     def write_group(table: pa.Table) -> None:
         nonlocal builder, rows_per_group

@@ -19,8 +19,10 @@ fresh table, with every client in its own OS process (this module re-run with
 ``bank``
     A table of ``N`` accounts ``(id, balance)`` summing to ``T``.  ``W``
     writers read the latest version and move an amount between two accounts
-    with ONE ``Table.upsert`` of both rows, balances computed from the version
-    they read; an auditor reads random versions and checks the sum.
+    with ONE ``Table.upsert(..., read_version=v)`` of both rows, balances
+    computed from the version ``v`` they read (read validation: the commit
+    fails with CommitConflict if another transfer touched either account since
+    ``v``); an auditor reads random versions and checks the sum.
 ``bank-fenced``
     The same transfers, committed as ``Table.overwrite(all accounts,
     txn=("bank", read_version + 1))``: the idempotency token doubles as a fence
@@ -290,7 +292,8 @@ def _bank_writer(table: caslake.Table, log: HistoryLog, rng: random.Random, mode
             details["write"] = "upsert"
             details["rows"] = [[a, new[a]], [b, new[b]]]
             part = _accounts({a: new[a], b: new[b]})
-            run_op(log, "transfer", details, functools.partial(table.upsert, part, key=["id"]))
+            run_op(log, "transfer", details,
+                   functools.partial(table.upsert, part, key=["id"], read_version=version))
         else:
             details["write"] = "overwrite"
             details["rows"] = sorted([k, v] for k, v in new.items())

@@ -29,11 +29,15 @@ a wrong answer.
    bit rot would; run in worker processes, because a flipped footer can abort
    the reading process); and a replaced object on moto S3.
 
-Known findings are pinned by ``xfail(strict=True)`` tests with a minimal
-reproduction each (they start failing the day the bug is fixed); the fuzz
-tests count inputs that hit a known finding instead of failing on them, and
-fail on anything else.  The number of fuzz cases per test is printed at the
-end of the module.
+Every finding these tests made was fixed, and each keeps a minimal reproduction
+below ("findings, fixed"): JSON integers past Python's digit limit, a tombstone
+``key_ranges`` that is not a list, sizes and key-range bounds outside 64-bit
+range, percent-encoded ``file://`` URIs, bit flips in data pages (now page
+CRCs), in footers (now a footer CRC-32 in the manifest, checked before pyarrow
+parses the footer: some damaged footers abort the process inside pyarrow),
+non-UTF-8 footers, row-group counts that do not add up, and type mismatches
+not naming the file.  The number of fuzz cases per test is printed at the end
+of the module.
 """
 
 from __future__ import annotations
@@ -75,10 +79,6 @@ CASES: Counter[str] = Counter()  # fuzz cases tried, per test
 OUTCOMES: Counter[str] = Counter()  # what they ended in
 SILENT: list[str] = []  # damaged data files read back as wrong rows without an error
 CRASHES: list[str] = []  # damaged data files that killed the reading process
-READER_ABORTS = "footer bit flip aborts the reading process (SIGABRT in pyarrow)"
-ROW_COUNT_ERRORS = ("ArrowInvalid: Filter inputs must all be the same length",
-                    "OverflowError: can't convert negative value")
-UNNAMED_DATA_FILE = "column type mismatch is CorruptMetadata('data file'), not the file's key"
 FUZZ = settings(deadline=timedelta(seconds=5), database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -89,31 +89,8 @@ def fuzz(examples: int, *, io: bool = False) -> settings:
     test timeout instead (a loaded machine must not make them flaky)."""
     return settings(FUZZ, max_examples=examples, deadline=None if io else FUZZ.deadline)
 
-# --- known findings (each has an xfail(strict=True) reproduction below) ----------------
-
-
-@dataclass(frozen=True)
-class Known:
-    name: str
-    matches: Callable[[BaseException], bool]
-
-
-KEY_RANGES_NOT_A_LIST = Known(
-    "tombstone key_ranges not a list -> TypeError",
-    lambda e: isinstance(e, TypeError) and str(e).endswith("object is not iterable"))
-HUGE_OFFSET = Known(
-    "manifest file size beyond a C long -> OverflowError (local store)",
-    lambda e: isinstance(e, OverflowError) and "C long" in str(e))
-KEY_RANGE_OVERFLOW = Known(
-    "tombstone key range bound outside the column's type -> OverflowError",
-    lambda e: isinstance(e, OverflowError))
-FOOTER_NOT_UTF8 = Known(
-    "footer string not UTF-8 -> UnicodeDecodeError", lambda e: isinstance(e, UnicodeDecodeError))
-
-
-def classify(case: str, fn: Callable[[], object], key: str,
-             known: tuple[Known, ...] = ()) -> str:
-    """Run one parse; return "parsed", "corrupt" or "known: ..."; fail on anything else."""
+def classify(case: str, fn: Callable[[], object], key: str) -> str:
+    """Run one parse; return "parsed" or "corrupt"; fail on anything else."""
     CASES[case] += 1
     try:
         fn()
@@ -121,10 +98,6 @@ def classify(case: str, fn: Callable[[], object], key: str,
         assert e.key == key, f"CorruptMetadata names {e.key!r}, expected {key!r}: {e}"
         result = "corrupt"
     except Exception as e:
-        for k in known:
-            if k.matches(e):
-                OUTCOMES[f"known finding: {k.name}"] += 1
-                return f"known: {k.name}"
         raise AssertionError(f"{type(e).__name__} escaped instead of CorruptMetadata({key!r}): "
                              f"{e}") from e
     else:
@@ -372,8 +345,7 @@ def test_mutated_tombstone_headers(docs: Docs, data: st.DataObject) -> None:
     fn, key = PARSERS["tombstone"]
     header, blobs = _split_tombstone(_doc_for(docs, "tombstone", data))
     raw = _frame_tombstone(json.dumps(mutate_json(data, header)).encode(), blobs)
-    classify("mutated tombstone header (valid CRC)", lambda: fn(raw, key), key,
-             (KEY_RANGES_NOT_A_LIST,))
+    classify("mutated tombstone header (valid CRC)", lambda: fn(raw, key), key)
 
 
 @fuzz(300)
@@ -409,8 +381,7 @@ def test_damaged_parquet_footers(docs: Docs, data: st.DataObject) -> None:
     if data.draw(st.booleans(), label="keep magic"):
         tail = tail[:-4] + b"PAR1" if len(tail) >= 8 else tail
     f = replace(docs.data_file, footer_size=len(tail))
-    classify("damaged Parquet footer", lambda: parse_footer(tail, f), f.path,
-             (FOOTER_NOT_UTF8,))
+    classify("damaged Parquet footer", lambda: parse_footer(tail, f), f.path)
 
 
 # --- 2. key safety ------------------------------------------------------------------------
@@ -557,7 +528,7 @@ def _install(path: Path, data: bytes) -> None:
     os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns))
 
 
-def _read_typed(case: str, uri: str, known: tuple[Known, ...] = ()) -> str:
+def _read_typed(case: str, uri: str) -> str:
     CASES[case] += 1
     try:
         _read_everything(uri)
@@ -565,10 +536,6 @@ def _read_typed(case: str, uri: str, known: tuple[Known, ...] = ()) -> str:
         OUTCOMES[f"{case}: {type(e).__name__}"] += 1
         return "typed"
     except Exception as e:
-        for k in known:
-            if k.matches(e):
-                OUTCOMES[f"known finding: {k.name}"] += 1
-                return "known"
         raise AssertionError(f"{type(e).__name__} escaped a read: {e}") from e
     OUTCOMES[f"{case}: read"] += 1
     return "ok"
@@ -582,8 +549,7 @@ def test_mutated_manifest_in_a_table(e2e_table: Docs, data: st.DataObject) -> No
     doc = mutate_json(data, json.loads(e2e_table.manifest))
     _install(path, json.dumps(doc).encode())
     try:
-        _read_typed("mutated manifest read through the table", str(e2e_table.root),
-                    (HUGE_OFFSET,))
+        _read_typed("mutated manifest read through the table", str(e2e_table.root))
     finally:
         _install(path, e2e_table.manifest)
 
@@ -606,20 +572,18 @@ def test_mutated_tombstone_in_a_table(e2e_table: Docs, data: st.DataObject) -> N
     _install(path, raw)
     _install(manifest_path, json.dumps(manifest).encode())
     try:
-        _read_typed("mutated tombstone read through the table", str(e2e_table.root),
-                    (KEY_RANGES_NOT_A_LIST, KEY_RANGE_OVERFLOW))
+        _read_typed("mutated tombstone read through the table", str(e2e_table.root))
     finally:
         _install(path, original)
         _install(manifest_path, e2e_table.manifest)
 
 
-# --- known findings in the parsers: minimal reproductions ----------------------------------
+# --- findings in the parsers, fixed: minimal reproductions ---------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "finding: an integer literal of more than 4300 digits in a pointer, manifest or "
-    "tombstone header makes json.loads raise ValueError (int max_str_digits), which "
-    "_load_json / parse_tombstone do not map to CorruptMetadata"))
+# fixed finding: an integer literal of more than 4300 digits in a pointer, manifest or tombstone
+# header makes json.loads raise ValueError (int max_str_digits), which _load_json /
+# parse_tombstone do not map to CorruptMetadata
 @pytest.mark.parametrize("name", sorted(PARSERS))
 def test_huge_integer_literal_is_corrupt_metadata(docs: Docs, name: str) -> None:
     fn, key = PARSERS[name]
@@ -637,9 +601,8 @@ def test_huge_integer_literal_is_corrupt_metadata(docs: Docs, name: str) -> None
         fn(raw, key)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "finding: parse_tombstone iterates files[].key_ranges without checking it is a list; "
-    "a number, boolean or null there raises TypeError instead of CorruptMetadata"))
+# fixed finding: parse_tombstone iterates files[].key_ranges without checking it is a list; a
+# number, boolean or null there raises TypeError instead of CorruptMetadata
 @pytest.mark.parametrize("value", [5, None, True])
 def test_tombstone_key_ranges_must_be_a_list(docs: Docs, value: object) -> None:
     header, blobs = _split_tombstone(next(iter(docs.tombstones.values())))
@@ -649,11 +612,9 @@ def test_tombstone_key_ranges_must_be_a_list(docs: Docs, value: object) -> None:
         parse_tombstone(raw, "tombstone/x.del")
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason=(
-    "finding: a manifest data-file entry whose size does not fit a C long (e.g. 10**30) "
-    "reaches os.pread in the local store, and OverflowError escapes scan() instead of "
-    "CorruptMetadata (parse_manifest bounds no sizes; on S3 the same entry is a typed "
-    "StoreError)"))
+# fixed finding: a manifest data-file entry whose size does not fit a C long (e.g. 10**30) reaches
+# os.pread in the local store, and OverflowError escapes scan() instead of CorruptMetadata
+# (parse_manifest bounds no sizes; on S3 the same entry is a typed StoreError)
 def test_huge_file_size_in_a_manifest_is_a_typed_error(tmp_path: Path) -> None:
     t = caslake.create_table(str(tmp_path / "t"), pa.schema([("id", pa.int64())]))
     t.append(pa.table({"id": [1, 2, 3]}))
@@ -665,11 +626,10 @@ def test_huge_file_size_in_a_manifest_is_a_typed_error(tmp_path: Path) -> None:
         caslake.open_table(str(tmp_path / "t")).scan().to_arrow()
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason=(
-    "finding: a tombstone key range whose bound does not fit the column's type (e.g. "
-    "10**30 on an int64 column) passes parse_tombstone and load_masks "
-    "(value_from_json checks only the Python type), then pa.scalar() raises OverflowError "
-    "out of scan() instead of CorruptMetadata naming the tombstone"))
+# fixed finding: a tombstone key range whose bound does not fit the column's type (e.g. 10**30 on an
+# int64 column) passes parse_tombstone and load_masks (value_from_json checks only the Python
+# type), then pa.scalar() raises OverflowError out of scan() instead of CorruptMetadata naming
+# the tombstone
 def test_key_range_outside_the_column_type_is_corrupt_metadata(tmp_path: Path) -> None:
     root = tmp_path / "t"
     t = caslake.create_table(str(root), DATA)
@@ -761,12 +721,8 @@ def test_tables_under_odd_directory_names_read_correctly(tmp_path: Path, dirname
         assert as_rows(caslake.open_table(str(root)).scan(**kwargs).to_arrow()) == want
 
 
-@pytest.mark.parametrize("dirname", [
-    "plain",
-    *[pytest.param(d, marks=pytest.mark.xfail(strict=True, raises=caslake.errors.TableNotFound,
-                                               reason="finding: Table.uri is a percent-encoded "
-                                               "file:// URI, but open_table does not decode it"))
-      for d in DIR_NAMES if d != "plain"]])
+# fixed finding: Table.uri is a percent-encoded file:// URI, but open_table did not decode it
+@pytest.mark.parametrize("dirname", DIR_NAMES)
 def test_table_uri_opens_the_same_table(tmp_path: Path, dirname: str) -> None:
     """``Table.uri`` (and the standard ``Path.as_uri()``) must name the same table."""
     root = tmp_path / dirname / "t"
@@ -901,22 +857,13 @@ def _flip_verdicts(region: str, results: list[dict[str, Any]]) -> list[str]:
     for r in results:
         CASES[f"bit flip in a {region} (worker process)"] += 1
         verdict, where = r["verdict"], f"byte {r['at']} bit {r['bit']}"
-        if verdict == "untyped" and "UnicodeDecodeError" in r["detail"]:
-            OUTCOMES[f"known finding: {FOOTER_NOT_UTF8.name}"] += 1
-        elif verdict == "crash":
-            OUTCOMES[f"known finding: {READER_ABORTS}"] += 1
+        OUTCOMES[f"{region} bit flip: {verdict}"] += 1
+        if verdict == "crash":
             CRASHES.append(f"{region} {where}: {r['detail']}")
-        elif verdict == "untyped" and any(m in r["detail"] for m in ROW_COUNT_ERRORS):
-            OUTCOMES["known finding: footer row-group counts unchecked -> untyped error"] += 1
-        elif verdict == "unnamed" and "'data file'" in r["detail"]:
-            OUTCOMES[f"known finding: {UNNAMED_DATA_FILE}"] += 1
         elif verdict == "wrong":
-            OUTCOMES[f"{region} bit flip: wrong rows, no error"] += 1
             SILENT.append(f"{region} {where}: {r['detail']}")
-        else:
-            OUTCOMES[f"{region} bit flip: {verdict}"] += 1
-            if verdict != "correct-or-typed":
-                bad.append(f"{where}: {r['detail']}")
+        if verdict != "correct-or-typed":
+            bad.append(f"{where}: {verdict}: {r['detail']}")
     return bad
 
 
@@ -925,9 +872,8 @@ def _flip_verdicts(region: str, results: list[dict[str, Any]]) -> list[str]:
 def test_bit_flips_never_escape_untyped(flip_table: tuple[Path, str, bytes],
                                         region: str) -> None:
     """Single bit flips (ETag kept, as bit rot would) in a column chunk or in the footer:
-    a correct read or a typed error naming the file -- never another exception.  Wrong
-    answers and aborted readers are counted (each has a strict xfail below), not failed
-    on here.  CASLAKE_FUZZ_SEED=<n> replays a run."""
+    a correct read or a typed error naming the file -- never another exception, a wrong
+    answer or an aborted reader.  CASLAKE_FUZZ_SEED=<n> replays a run."""
     root, victim, raw = flip_table
     results = flip_campaign(root, victim, raw, region.split()[0], FLIP_SEED, FLIP_CASES)
     assert len(results) == FLIP_CASES
@@ -939,11 +885,10 @@ class SilentWrongAnswer(AssertionError):
     """A read returned rows that differ from the table's contents, without an error."""
 
 
-@pytest.mark.xfail(strict=True, raises=SilentWrongAnswer, reason=(
-    "finding: data files carry no page checksums (pyarrow writes none by default and "
-    "caslake does not verify any), and on the local store an in-place change that keeps "
-    "size and mtime keeps the ETag, so a flipped bit in a float page decodes to a "
-    "different value and the read returns it without error"))
+# fixed finding: data files carry no page checksums (pyarrow writes none by default and caslake does
+# not verify any), and on the local store an in-place change that keeps size and mtime keeps
+# the ETag, so a flipped bit in a float page decodes to a different value and the read returns
+# it without error
 def test_bit_flip_in_a_float_page_is_detected(flip_table: tuple[Path, str, bytes]) -> None:
     root, victim, raw = flip_table
     md = pq.read_metadata(root / victim)
@@ -968,10 +913,9 @@ def test_bit_flip_in_a_float_page_is_detected(flip_table: tuple[Path, str, bytes
         raise SilentWrongAnswer(f"{len(wrong)} flips read back as wrong rows: {wrong[:3]}")
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError, reason=(
-    "finding: a Parquet footer whose column name is not valid UTF-8 raises "
-    "UnicodeDecodeError out of scan() (pyarrow decodes column paths; parse_footer only "
-    "maps OSError/ArrowException to CorruptMetadata)"))
+# fixed finding: a Parquet footer whose column name is not valid UTF-8 raises UnicodeDecodeError out
+# of scan() (pyarrow decodes column paths; parse_footer only maps OSError/ArrowException to
+# CorruptMetadata)
 def test_footer_with_a_non_utf8_column_name_is_corrupt_metadata(tmp_path: Path) -> None:
     root = tmp_path / "t"
     t = build_data_table(root)
@@ -992,11 +936,10 @@ class UnnamedFile(AssertionError):
     """A typed error that does not say which object is damaged."""
 
 
-@pytest.mark.xfail(strict=True, raises=UnnamedFile, reason=(
-    "finding: when a data file's column type differs from the manifest schema, "
-    "caslake.table.scan._cast_to raises CorruptMetadata with key 'data file' instead of "
-    "the file's key (and where pyarrow can cast, e.g. int64 -> float32 or string, the "
-    "read silently returns converted values)"))
+# fixed finding: when a data file's column type differs from the manifest schema,
+# caslake.table.scan._cast_to raises CorruptMetadata with key 'data file' instead of the
+# file's key (and where pyarrow can cast, e.g. int64 -> float32 or string, the read silently
+# returns converted values)
 def test_type_mismatch_names_the_data_file(tmp_path: Path) -> None:
     root = tmp_path / "t"
     t = build_data_table(root)
@@ -1089,12 +1032,11 @@ def _footer_flip_scan(tmp_path: Path, mode: str, mask: int
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the search forks")
-@pytest.mark.xfail(strict=True, raises=ReaderAborted, reason=(
-    "finding: one flipped bit in a data file's Parquet footer (ETag kept) makes pyarrow "
-    "throw a C++ ParquetException ('Repetition level histogram size mismatch', 'ColumnMetaData "
-    "type does not match ...') while caslake builds column chunk metadata for row-group "
-    "pruning; it is not converted to a Python error, so the reading process aborts "
-    "(SIGABRT).  caslake keeps no checksum of the footer to verify before parsing it"))
+# fixed finding: one flipped bit in a data file's Parquet footer (ETag kept) makes pyarrow throw a
+# C++ ParquetException ('Repetition level histogram size mismatch', 'ColumnMetaData type does
+# not match ...') while caslake builds column chunk metadata for row-group pruning; it is not
+# converted to a Python error, so the reading process aborts (SIGABRT).  caslake keeps no
+# checksum of the footer to verify before parsing it
 def test_footer_bit_flip_does_not_abort_the_reader(tmp_path: Path) -> None:
     hit = _footer_flip_scan(tmp_path, "abort", 0x40)
     if hit is None:
@@ -1108,13 +1050,12 @@ def test_footer_bit_flip_does_not_abort_the_reader(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the search forks")
-@pytest.mark.xfail(strict=True, raises=UntypedEscape, reason=(
-    "finding: a footer whose row-group row counts are wrong (one flipped bit; the file's "
-    "total still matching the manifest) makes scan() of a file with deletes raise "
-    "OverflowError (negative row count into the roaring bitmap) or pyarrow.ArrowInvalid "
-    "('Filter inputs must all be the same length'): parse_footer does not check that row "
-    "groups are non-negative and sum to num_rows, and the deletion mask is built and "
-    "applied outside the error mapping in Scan._read_unit"))
+# fixed finding: a footer whose row-group row counts are wrong (one flipped bit; the file's total
+# still matching the manifest) makes scan() of a file with deletes raise OverflowError
+# (negative row count into the roaring bitmap) or pyarrow.ArrowInvalid ('Filter inputs must
+# all be the same length'): parse_footer does not check that row groups are non-negative and
+# sum to num_rows, and the deletion mask is built and applied outside the error mapping in
+# Scan._read_unit
 def test_footer_row_group_count_mismatch_is_a_typed_error(tmp_path: Path) -> None:
     hit = _footer_flip_scan(tmp_path, "row_count", 0x01)
     if hit is None:

@@ -7,12 +7,11 @@
 * the checker itself is shown to fail: the local run's records are damaged in
   several ways (wrong version, lost acknowledgement, wrong checksum, wrong delete
   count, reads going back in time, wrong appended rows) and each must be reported;
-* bank workload on a local table (transfers as ONE ``upsert`` of both accounts,
-  4 writers, 4 accounts): the sum must be conserved.  It is not -- ``upsert``
-  re-plans its delete on the latest version and appends balances computed from
-  an older read, so concurrent transfers lose updates -- so that test is
-  ``xfail(strict=True)`` and starts failing the day caslake offers a
-  conditional commit;
+* bank workload on a local table (transfers as ONE ``upsert(...,
+  read_version=v)`` of both accounts, 4 writers, 4 accounts): the sum must be
+  conserved.  (This test found the lost-update gap that read validation now
+  closes: without ``read_version`` an upsert re-plans its delete on the latest
+  version and appends balances computed from an older read.)
 * the fenced bank (``overwrite(all accounts, txn=("bank", read_version + 1))``)
   conserves the sum, which shows the conservation check passes correct runs.
 
@@ -165,16 +164,6 @@ def test_checker_reports_damaged_histories(
 # --- conservation -----------------------------------------------------------------------------
 
 
-class LostUpdate(AssertionError):
-    """The bank's sum was not conserved (the known upsert lost-update gap)."""
-
-
-LOST_UPDATE_REASON = (
-    "finding: Table.upsert has no 'only if unchanged since version v' condition; a "
-    "transfer computed from version v re-plans its delete on the latest version and "
-    "overwrites a concurrent transfer's balances, so the sum drifts (lost updates)")
-
-
 def _bank(uri: str, opts: dict[str, str] | None, tmp: Path, backend: str, mode: str,
           seconds: float) -> stress.RunResult:
     result = stress.run_bank(uri, opts, writers=WRITERS, seconds=seconds, workdir=tmp / "bank",
@@ -186,13 +175,12 @@ def _bank(uri: str, opts: dict[str, str] | None, tmp: Path, backend: str, mode: 
     return result
 
 
-@pytest.mark.xfail(strict=True, raises=LostUpdate, reason=LOST_UPDATE_REASON)
 def test_bank_upsert_transfers_conserve_the_sum(tmp_path: Path) -> None:
-    """Local only: the gap is in the commit semantics, not in a backend (the 20 s
-    harness run shows it on moto S3 too)."""
+    """Read-validated upserts: concurrent transfers conflict instead of losing updates."""
     result = _bank(str(tmp_path / "bank"), None, tmp_path, "local", "upsert", BANK_SECONDS)
-    if result.failures:
-        raise LostUpdate("\n".join(result.failures))
+    assert not result.failures, "\n".join(result.failures)
+    assert result.facts["lost_updates"] == 0
+    assert result.facts["final_sum"] == result.facts["expected_sum"]
 
 
 def test_bank_fenced_transfers_conserve_the_sum(tmp_path: Path) -> None:
