@@ -244,6 +244,24 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if report.ok else EXIT_VERIFY_FAILED
 
 
+def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:
+    from datetime import timedelta
+
+    table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
+    report = table.gc(retention=timedelta(hours=args.retain_hours), dry_run=args.dry_run,
+                      force=args.force)
+    if args.json:
+        _emit_json(report.to_json(), out)
+        return 0
+    verb = "would delete" if report.dry_run else "deleted"
+    kinds = ", ".join(f"{len(v)} {k}" for k, v in sorted(report.deleted.items())) or "nothing"
+    out.write(f"{verb} {kinds} ({report.bytes_deleted:,} bytes); versions before "
+              f"{report.oldest_version} expired, {report.retained_versions} retained; "
+              f"{report.kept_too_young} unreferenced object(s) newer than the cutoff "
+              f"{report.cutoff.isoformat()} kept\n")
+    return 0
+
+
 def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
     table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
     entries = table.history(limit=args.limit)
@@ -335,6 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--all-versions", action="store_true", help="check every version in history")
     v.add_argument("--json", action="store_true", help="print a JSON report (for monitoring)")
     v.set_defaults(fn=cmd_verify)
+
+    g = table_cmd("gc", "expire old versions and delete objects no retained version uses")
+    g.add_argument("--retain-hours", type=float, default=168.0,
+                   help="keep versions (and unreferenced new objects) this young (default 168)")
+    g.add_argument("--dry-run", action="store_true", help="report, commit and delete nothing")
+    g.add_argument("--force", action="store_true", help="allow a retention below 24 hours")
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(fn=cmd_gc)
 
     h = table_cmd("history", "list versions, newest first")
     h.add_argument("--limit", type=int)

@@ -141,6 +141,9 @@ class Manifest:
     txns: Mapping[str, int] = field(default_factory=dict)
     totals: Totals = Totals(0, 0, 0)
     format_version: int = FORMAT_VERSION
+    # GC may have deleted the manifests of versions below this one (time travel
+    # to them is VersionNotFound); carried forward by every commit.
+    oldest_version: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -158,6 +161,7 @@ class Manifest:
             "properties": dict(self.properties),
             "txns": dict(self.txns),
             "totals": self.totals.to_json(),
+            "oldest_version": self.oldest_version,
             "ancestors": [a.to_json() for a in self.ancestors],
             "segments": [s.to_json() for s in self.segments],
             "removed": sorted(self.removed),
@@ -399,6 +403,9 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
     if any(a.version >= version for a in ancestors) or any(s.version >= version for s in segments):
         raise doc.error("ancestors and segments must be older than the manifest")
     t = doc.child("totals", doc.get("totals", dict))
+    oldest = doc.get("oldest_version", int, optional=True, default=0)
+    if not 0 <= oldest <= version:
+        raise doc.error("oldest_version must be between 0 and the manifest's version")
     return Manifest(
         table_id=doc.get("table_id", str), version=version, parent=parent,
         commit_id=doc.get("commit_id", str),
@@ -411,4 +418,4 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         txns=doc.string_map("txns", int),
         totals=Totals(t.nonneg("files"), t.nonneg("rows"), t.nonneg("bytes"),
                       t.get("deleted_rows", int, optional=True, default=0)),
-        format_version=fv)
+        format_version=fv, oldest_version=oldest)

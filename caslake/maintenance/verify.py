@@ -95,7 +95,8 @@ def verify_table(store: ObjectStore, *, deep: bool = False,
     seen_tombs: dict[str, TombstoneRef] = {}
     for snap in chain:
         report.versions_checked += 1
-        _check_snapshot(io, snap, report, seen_files, seen_tombs)
+        _check_snapshot(io, snap, report, seen_files, seen_tombs,
+                        oldest=head.manifest.oldest_version)
     with ThreadPoolExecutor(max_workers=16) as pool:
         checks = [(f.path, f.size, f.etag) for f in seen_files.values()]
         checks += [(t.path, t.size, t.etag) for t in seen_tombs.values()]
@@ -110,16 +111,18 @@ def verify_table(store: ObjectStore, *, deep: bool = False,
 
 
 def _check_snapshot(io: MetadataIO, snap: Snapshot, report: VerifyReport,
-                    seen_files: dict[str, DataFile], seen_tombs: dict[str, TombstoneRef]) -> None:
+                    seen_files: dict[str, DataFile], seen_tombs: dict[str, TombstoneRef], *,
+                    oldest: int) -> None:
+    """``oldest``: versions below it were expired by gc; links to them are not followed."""
     m = snap.manifest
     try:
-        if m.parent is not None:
+        if m.parent is not None and m.version - 1 >= oldest:
             parent = io.load_manifest(m.parent)
             if parent.version != m.version - 1 or parent.table_id != m.table_id:
                 report.problems.append(Problem(snap.key, f"parent {m.parent} is not version "
                                                f"{m.version - 1} of this table"))
         for a in m.ancestors:
-            if io.load_manifest(a.manifest).version != a.version:
+            if a.version >= oldest and io.load_manifest(a.manifest).version != a.version:
                 report.problems.append(Problem(snap.key, f"skip pointer to {a.manifest} "
                                                f"does not name version {a.version}"))
         files = io.live_files(snap)

@@ -20,10 +20,10 @@ Metadata scaling policy (see docs/format.md "Segments"):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from caslake.errors import CommitConflict
+from caslake.errors import CommitConflict, InvalidArgument
 from caslake.format.keys import manifest_key
 from caslake.format.manifest import (
     AncestorRef,
@@ -54,6 +54,54 @@ class Changes:
     requires_version: int | None = None
     # Idempotent writes: (app id, txn version) recorded with the commit.
     txn: tuple[str, int] | None = None
+    # GC's expiry marker: raise the manifest's oldest_version (never lowers it).
+    oldest_version: int | None = None
+
+
+def check_txn(txn: object) -> tuple[str, int]:
+    """A valid idempotency token: ``(app id, version)``, a non-empty string and an
+    integer >= 0.  Raises InvalidArgument."""
+    if (not isinstance(txn, tuple) or len(txn) != 2 or not isinstance(txn[0], str)
+            or not txn[0] or isinstance(txn[1], bool) or not isinstance(txn[1], int)
+            or txn[1] < 0):
+        raise InvalidArgument(f"txn must be (app id, version): a non-empty string and an "
+                              f"integer >= 0, not {txn!r}")
+    return txn[0], txn[1]
+
+
+def txn_applied(txns: Mapping[str, int], txn: tuple[str, int] | None) -> bool:
+    """The idempotent-write rule (Delta's SetTransaction): a write tagged
+    ``(app_id, version)`` is a no-op once the table's ``txns`` (a manifest's
+    ``txns``) record that app id at this version or a later one.  Each commit
+    records its tag in its own manifest."""
+    return txn is not None and txns.get(txn[0], -1) >= txn[1]
+
+
+def write_prepare(operation: str, files: Sequence[DataFile], schema: TableSchema, *,
+                  remove_all: bool, txn: tuple[str, int] | None = None,
+                  params: dict[str, str] | None = None,
+                  requires_version: int | None = None
+                  ) -> Callable[[Snapshot], Changes | None]:
+    """The ``prepare`` of a commit that adds already uploaded data files (append, or
+    with ``remove_all`` overwrite), for :func:`caslake.table.commit.commit_with_retry`.
+
+    On every (re)base: a no-op if ``txn`` already landed; a conflict if the table
+    schema is no longer the one the files were written with; a no-op for an append
+    of nothing.  ``requires_version``: see :class:`Changes`."""
+    added = tuple(files)
+
+    def prepare(base: Snapshot) -> Changes | None:
+        if txn_applied(base.manifest.txns, txn):
+            return None  # the same (app id, version) already landed: idempotent no-op
+        if base.manifest.schema != schema:
+            raise CommitConflict("the table schema changed during the write",
+                                 help="re-run the write against the new schema")
+        if not added and not remove_all:
+            return None
+        return Changes(operation, add_files=added, remove_all=remove_all,
+                       params=dict(params or {}), txn=txn, requires_version=requires_version)
+
+    return prepare
 
 
 def check_requirements(base: Snapshot, changes: Changes) -> None:
@@ -182,5 +230,6 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
         segments=tuple(segments), removed=frozenset(removed), tombstones=tuple(tombstones),
         ancestors=_ancestors(base),
         operation_params=dict(changes.params), summary=summary, properties=bm.properties,
-        txns=txns, totals=totals)
+        txns=txns, totals=totals,
+        oldest_version=max(bm.oldest_version, changes.oldest_version or 0))
     return manifest_key(version, token), manifest

@@ -111,6 +111,7 @@ class MetadataIO:
         if version < 0 or version > head.version:
             raise VersionNotFound(f"version {version} does not exist "
                                   f"(the table is at version {head.version})")
+        self._check_retained(head, version)
         cur = head
         while cur.version != version:
             jumps = [a for a in cur.manifest.ancestors if a.version >= version]
@@ -133,19 +134,34 @@ class MetadataIO:
             if not parent:
                 raise VersionNotFound("no version of the table is that old "
                                       f"(version {cur.version} was committed after it)")
+            self._check_retained(head, parent[0].version)
             return self._step(cur, parent[0].manifest, parent[0].version)
         return cur
 
+    def _check_retained(self, head: Snapshot, version: int) -> None:
+        oldest = head.manifest.oldest_version
+        if version < oldest:
+            raise VersionNotFound(f"version {version} was expired by gc (the oldest "
+                                  f"retained version is {oldest})")
+
     def _step(self, cur: Snapshot, key: str, version: int) -> Snapshot:
-        m = self.load_manifest(key)
+        try:
+            m = self.load_manifest(key)
+        except CorruptMetadata:
+            # A handle opened before a gc may walk into an expired version.
+            self._check_retained(self.latest(), version)
+            raise
         if m.version != version or m.table_id != cur.manifest.table_id:
             raise CorruptMetadata(cur.key, f"ancestor {key} is not version {version} of this table")
         return Snapshot(m, key)
 
     def history(self, head: Snapshot, limit: int | None = None) -> list[Snapshot]:
+        """Versions from ``head`` back to the oldest one gc retained, newest first."""
         out = [head]
         cur = head
-        while cur.manifest.parent is not None and (limit is None or len(out) < limit):
+        oldest = head.manifest.oldest_version
+        while (cur.manifest.parent is not None and cur.version > oldest
+               and (limit is None or len(out) < limit)):
             cur = self._step(cur, cur.manifest.parent, cur.version - 1)
             out.append(cur)
         return out

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -29,13 +29,16 @@ from caslake.format.manifest import Manifest, Pointer, format_ts
 from caslake.format.schema import TableSchema
 from caslake.store import open_store
 from caslake.store.base import ObjectStore, PutMode
-from caslake.table.changes import Changes
+from caslake.table.changes import check_txn, txn_applied, write_prepare
 from caslake.table.commit import CommitPolicy, commit_with_retry
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.scan import FooterCache, Scan
 from caslake.table.transaction import Transaction
 from caslake.table.write import WriteOptions, as_reader, write_data_files
+
+if TYPE_CHECKING:
+    from caslake.maintenance.gc import GcReport
 
 
 @dataclass(frozen=True)
@@ -185,26 +188,18 @@ class Table:
     def _write(self, operation: str, data: Any, *, remove_all: bool,
                txn: tuple[str, int] | None, params: dict[str, str] | None) -> CommitResult:
         before = self.store.counters.snapshot()
+        if txn is not None:
+            txn = check_txn(txn)
         start = self.io.latest() if remove_all or txn else self._snapshot
-        if txn is not None and start.manifest.txns.get(txn[0], -1) >= txn[1]:
+        if txn_applied(start.manifest.txns, txn):
             return CommitResult(start.version, start.manifest.commit_id, operation, 0, noop=True)
         files = write_data_files(self.store, as_reader(data), start.manifest.schema,
                                  self.write_options)
         if not files and not remove_all:
             return CommitResult(self.version, "", operation, 0, noop=True)
-
-        def prepare(base: Snapshot) -> Changes | None:
-            if txn is not None and base.manifest.txns.get(txn[0], -1) >= txn[1]:
-                return None  # the same (app id, version) already landed: idempotent no-op
-            if base.manifest.schema != start.manifest.schema:
-                from caslake.errors import CommitConflict
-
-                raise CommitConflict("the table schema changed during the write",
-                                     help="re-run the write against the new schema")
-            return Changes(operation, add_files=tuple(files), remove_all=remove_all,
-                           params=dict(params or {}), txn=txn,
-                           requires_version=start.version if remove_all else None)
-
+        prepare = write_prepare(operation, files, start.manifest.schema, remove_all=remove_all,
+                                txn=txn, params=params,
+                                requires_version=start.version if remove_all else None)
         outcome = commit_with_retry(self.io, prepare, policy=self.commit_policy)
         self._snapshot = outcome.snapshot
         after = self.store.counters.snapshot()
@@ -245,6 +240,14 @@ class Table:
         everything as one version on a clean exit, nothing if the block raises.
         ``read_version``: see :meth:`upsert`."""
         return Transaction(self, read_version=read_version)
+
+    def gc(self, *, retention: timedelta = timedelta(days=7), dry_run: bool = False,
+           now: datetime | None = None, force: bool = False) -> GcReport:
+        """Expire versions older than ``retention`` and delete the objects no retained
+        version references (see :mod:`caslake.maintenance.gc`)."""
+        from caslake.maintenance.gc import collect_garbage
+
+        return collect_garbage(self, retention=retention, dry_run=dry_run, now=now, force=force)
 
     def describe(self) -> dict[str, Any]:
         snap = self._resolve(None, None)

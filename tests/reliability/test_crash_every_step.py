@@ -1,4 +1,4 @@
-"""Crash (and fail) at every store call of every write operation.
+"""Crash (and fail) at every store call of every write operation, and of gc.
 
 For each operation -- append, delete, upsert, a transaction (delete + append)
 -- on a small table with several files, row groups and an existing tombstone:
@@ -32,6 +32,12 @@ then its commit is visible exactly once, at the version it reported, under the
 commit id it reported) or raise a :class:`CaslakeError`.  A typed error other
 than :class:`CommitOutcomeUnknown` claims the commit did not happen, so the
 table must then still be at the old version.
+
+gc gets the same three faults at each of its store calls, on a table with an
+overwrite (files to collect) and an orphan data file, with a clock 30 days
+ahead: the table is then at the old version or at gc's marker with the same
+rows, verify passes, nothing referenced is missing, a later commit works, and a
+second gc leaves exactly the referenced objects (what the fault left is gone).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -46,9 +53,10 @@ import pytest
 
 import caslake
 from caslake.errors import CaslakeError, CommitOutcomeUnknown
-from caslake.format.keys import MANIFEST_PREFIX
+from caslake.format.keys import MANIFEST_PREFIX, data_file_key
 from caslake.maintenance.verify import verify_table
 from caslake.store import ObjectStore, open_store
+from caslake.store.base import PutMode
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash, reset_error
 from caslake.store.memory import forget_memory_space
 from caslake.table.commit import CommitPolicy
@@ -184,12 +192,13 @@ def referenced_keys(store: ObjectStore) -> tuple[set[str], list[str]]:
     """Every object any retained version references, and the manifests of the history."""
     io = MetadataIO(store)
     chain = io.history(io.latest())
+    oldest = chain[0].manifest.oldest_version  # gc expired the versions below it
     refs: set[str] = set()
     for snap in chain:
         m = snap.manifest
         refs.add(snap.key)
         refs.update(s.manifest for s in m.segments)
-        refs.update(a.manifest for a in m.ancestors)
+        refs.update(a.manifest for a in m.ancestors if a.version >= oldest)
         refs.update(f.path for f in io.live_files(snap))
         refs.update(t.path for t in m.tombstones)
     return refs, [s.key for s in reversed(chain)]
@@ -336,3 +345,81 @@ def test_fault_at_every_store_call(tables: Tables, op_name: str, mode: str) -> N
     if mode == "lost-reply":
         # The lost reply of the pointer CAS itself must be settled as a success.
         assert outcomes.get("ok->new", 0) >= 1, outcomes
+
+
+# --- gc -------------------------------------------------------------------------------
+
+GC_LATER = timedelta(days=30)  # gc's clock: every object and version is old
+OVERWRITE = rows(0, 500, tag="o")
+
+
+def prepare_gc(tables: Tables) -> tuple[str, set[str]]:
+    """The base table plus an overwrite (the files before it become garbage once their
+    versions expire) and an orphan data file a crashed writer left."""
+    uri, _, _, _ = prepare(tables)
+    t = caslake.open_table(uri)
+    t.overwrite(arrow(OVERWRITE))
+    open_store(uri).put(data_file_key(), b"orphan", mode=PutMode.CREATE)
+    return uri, list_keys(open_store(uri))
+
+
+def _gc(t: Table) -> None:
+    t.gc(now=datetime.now(UTC) + GC_LATER)
+
+
+def check_after_gc(uri: str, where: str) -> str:
+    """After a faulted gc: the old version or the marker, the same rows, verify ok,
+    nothing referenced missing; a later commit works, and gc finishes the job."""
+    store = open_store(uri)
+    t = caslake.open_table(uri)
+    old = 4  # build()'s versions 0..3, then the overwrite
+    assert t.version in (old, old + 1), where
+    state = "old" if t.version == old else "new"
+    assert same_rows(t, OVERWRITE), where
+    report = verify_table(store, deep=True, all_versions=True)
+    assert report.ok, f"{where}: verify found {report.problems}"
+    refs, _ = referenced_keys(store)
+    keys = list_keys(store)
+    assert refs <= keys, f"{where}: referenced but missing: {sorted(refs - keys)}"
+    later = caslake.open_table(uri)
+    later.commit_policy = FAST
+    later.append(arrow(rows(9000, 9010)))
+    later.gc(now=datetime.now(UTC) + GC_LATER)
+    refs, _ = referenced_keys(store)
+    assert list_keys(store) == refs, f"{where}: gc left garbage behind"
+    assert same_rows(caslake.open_table(uri), OVERWRITE + rows(9000, 9010)), where
+    return state
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gc_fault_at_every_store_call(tables: Tables, mode: str) -> None:
+    uri, _ = prepare_gc(tables)
+    t, store = faulty_table(uri)
+    start = store.calls
+    _gc(t)
+    n = store.calls - start
+    assert n >= 5, f"gc made only {n} store calls"
+    outcomes: dict[str, int] = {}
+    for i in range(1, n + 1):
+        uri, _ = prepare_gc(tables)
+        t, store = faulty_table(uri)
+        where = f"gc/{tables.kind}/{mode} at call {i} of {n}"
+        if mode == "crash":
+            fault = Fault(ALL_OPS, "crash", calls=frozenset(range(i, i + DEAD_CALLS)))
+        else:
+            fault = Fault(ALL_OPS, "after" if mode == "lost-reply" else "before",
+                          calls=frozenset({i}), error=reset_error)
+        store.faults.append(fault)
+        try:
+            _gc(t)
+            outcome = "ok"
+        except SimulatedCrash:
+            assert mode == "crash", where
+            outcome = "crash"
+        except CaslakeError as e:
+            assert mode != "crash", where
+            outcome = type(e).__name__
+        assert fault.fired >= 1, f"{where}: the fault did not fire"
+        label = f"{outcome}->{check_after_gc(uri, where)}"
+        outcomes[label] = outcomes.get(label, 0) + 1
+    print(f"\ngc [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")

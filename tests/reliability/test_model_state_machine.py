@@ -5,8 +5,10 @@ smaller profile on the moto S3 server) next to a plain-Python model: the list
 of rows of every version.  Rules append small batches (an int64 ``id`` that
 repeats, a string and a float column with NULLs), delete by key, by range and
 by predicate, upsert by key, run a transaction (delete + append), read a random
-retained version, reopen the table (a new handle, cold caches), and arm
-trouble for the next write:
+retained version, reopen the table (a new handle, cold caches), run gc with
+a clock 30 days ahead (everything but the newest data version expires, and
+afterwards exactly the referenced objects remain), and arm trouble for the
+next write:
 
 * a transient fault on a ``put`` of the pointer, a manifest, a data file or a
   tombstone, which fails before it is applied or is applied and then loses its
@@ -35,6 +37,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -51,7 +54,12 @@ from hypothesis.stateful import (
 )
 
 import caslake
-from caslake.errors import CaslakeError, CommitOutcomeUnknown, PreconditionFailed
+from caslake.errors import (
+    CaslakeError,
+    CommitOutcomeUnknown,
+    PreconditionFailed,
+    VersionNotFound,
+)
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, POINTER_KEY, TOMBSTONE_PREFIX
 from caslake.maintenance.verify import verify_table
 from caslake.store import open_store
@@ -59,6 +67,7 @@ from caslake.store.faults import Fault, FaultyStore, SimulatedCrash
 from caslake.store.memory import forget_memory_space
 from caslake.table.commit import CommitPolicy
 from caslake.table.table import CommitResult, Table
+from tests.reliability.test_crash_every_step import list_keys, referenced_keys
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
                     pa.field("f", pa.float64())])
@@ -167,6 +176,8 @@ class TableMachine(RuleBasedStateMachine):
         self.steps = 0
         self.model: list[list[Row]] = [[]]  # rows per version
         self.acked: dict[int, str] = {}  # version -> commit id acknowledged by a CommitResult
+        self.oldest = 0  # gc expired the versions below this one
+        self.markers: set[int] = set()  # versions that are gc's expiry markers
         self.armed: Fault | None = None  # a transient fault for the next write
         self.race: Race | None = None  # another writer's commit right before our CAS
         caslake.create_table(self.uri, SCHEMA, storage_options=self.options,
@@ -376,13 +387,31 @@ class TableMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def read_version(self, data: st.DataObject) -> None:
-        v = data.draw(st.integers(0, len(self.model) - 1), label="version")
+        v = data.draw(st.integers(self.oldest, len(self.model) - 1), label="version")
         got = table_rows(self.table.scan(version=v).to_arrow())
         assert got == self.model[v], f"version {v} differs from the model"
 
     @rule()
     def reopen(self) -> None:
         self.table = self._load()
+
+    @precondition(lambda self: self.armed is None and self.race is None)
+    @rule()
+    def gc(self) -> None:
+        """gc with a clock 30 days ahead: every version but the newest data version
+        expires (a marker commit records it) and every unreferenced object goes."""
+        keep = max(v for v in range(len(self.model)) if v not in self.markers)
+        report = self._fresh().gc(now=datetime.now(UTC) + timedelta(days=30))
+        if keep > self.oldest:
+            self.model.append(self.current)
+            self.markers.add(len(self.model) - 1)
+            self.oldest = keep
+        assert (report.oldest_version, report.head_version) == (self.oldest, len(self.model) - 1)
+        refs, _ = referenced_keys(self.plain)
+        assert list_keys(self.plain) == refs, "gc left unreferenced objects"
+        if self.oldest:
+            with pytest.raises(VersionNotFound):
+                self._fresh().scan(version=self.oldest - 1).to_arrow()
 
     # Two rules, so that about one step in five arms a fault for the next write.
     @precondition(lambda self: self.armed is None and self.race is None)
@@ -423,11 +452,13 @@ class TableMachine(RuleBasedStateMachine):
     @invariant()
     def acknowledged_commits_are_visible(self) -> None:
         hist = self.observer.history()
-        assert [h.version for h in hist] == list(range(len(self.model) - 1, -1, -1)), (
+        assert [h.version for h in hist] == list(range(len(self.model) - 1, self.oldest - 1, -1)), (
             "the history has versions the model does not")
         by_version = {h.version: h.commit_id for h in hist}
         assert len(set(by_version.values())) == len(hist), "a commit id appears twice"
         for v, cid in self.acked.items():
+            if v < self.oldest:
+                continue  # expired by gc
             assert by_version.get(v) == cid, f"acknowledged commit {cid} is not version {v}"
 
     @invariant()
@@ -443,7 +474,8 @@ class TableMachine(RuleBasedStateMachine):
             assert report.ok, report.problems
             t = self._fresh()
             for v, want in enumerate(self.model):
-                assert table_rows(t.scan(version=v).to_arrow()) == want, f"version {v}"
+                if v >= self.oldest:
+                    assert table_rows(t.scan(version=v).to_arrow()) == want, f"version {v}"
         finally:
             if self.uri.startswith("memory://"):
                 forget_memory_space(self.uri[len("memory://"):])

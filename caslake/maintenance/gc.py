@@ -1,0 +1,162 @@
+"""Garbage collection: expire old versions and delete objects nothing retained references.
+
+The rules (docs/protocol.md, "GC"):
+
+* **Retention.** Versions committed within ``retention`` of ``now`` are kept,
+  plus the newest version committed before that cutoff (it was the table as of
+  the cutoff, so ``as_of(cutoff)`` still works), plus the head.  A retention
+  below 24 hours is refused unless ``force=True``: a writer still uploading
+  files it has not committed yet is only protected by their age.
+* **Marker first.** Before deleting anything, GC commits an ``expire`` version
+  whose ``oldest_version`` says which versions may be gone; readers then answer
+  ``VersionNotFound`` for them instead of meeting missing manifests.
+* **Only the unreferenced and the old.** An object under ``manifest/``,
+  ``data/`` or ``tombstone/`` is deleted only if no retained version references
+  it (its manifest, the segments it reads, its data files, its tombstones) and
+  it was last modified before the cutoff.  The pointer is never deleted.
+
+A crash at any point leaves a valid table: the marker is an ordinary commit,
+and every deletion removes an object no retained version can reach.  Running GC
+again finishes the job.  ``dry_run=True`` reports without committing or deleting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from caslake.errors import InvalidArgument
+from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX
+from caslake.table.changes import Changes
+from caslake.table.commit import commit_with_retry
+from caslake.table.metadata_io import MetadataIO, Snapshot
+
+if TYPE_CHECKING:
+    from caslake.table.table import Table
+
+MIN_RETENTION = timedelta(hours=24)
+DEFAULT_RETENTION = timedelta(days=7)
+_PREFIXES = (MANIFEST_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
+EXPIRE = "expire"  # the operation of GC's marker commit
+
+
+@dataclass
+class GcReport:
+    """What one GC run found and did (or, with ``dry_run``, would do)."""
+
+    dry_run: bool
+    cutoff: datetime
+    head_version: int  # the table's version after the expiry marker
+    oldest_version: int  # versions below this one are expired
+    retained_versions: int
+    deleted: dict[str, list[str]] = field(default_factory=dict)  # prefix -> keys
+    bytes_deleted: int = 0
+    kept_too_young: int = 0  # unreferenced, but modified after the cutoff
+
+    @property
+    def deleted_count(self) -> int:
+        return sum(len(v) for v in self.deleted.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dry_run": self.dry_run, "cutoff": self.cutoff.isoformat(),
+                "head_version": self.head_version, "oldest_version": self.oldest_version,
+                "retained_versions": self.retained_versions,
+                "deleted": {k: len(v) for k, v in sorted(self.deleted.items())},
+                "deleted_keys": {k: sorted(v) for k, v in sorted(self.deleted.items())},
+                "bytes_deleted": self.bytes_deleted, "kept_too_young": self.kept_too_young}
+
+
+def check_retention(retention: timedelta, force: bool) -> None:
+    hours = f"{retention.total_seconds() / 3600:g} h"
+    if retention < timedelta(0):
+        raise InvalidArgument(f"gc retention must not be negative, not {hours}")
+    if retention < MIN_RETENTION and not force:
+        raise InvalidArgument(
+            f"gc retention {hours} is below the 24 h minimum: objects a "
+            "running writer has uploaded but not committed yet could be deleted. Pass "
+            "force=True (--force) only if no writer can be running that long")
+
+
+def collect_garbage(table: Table, *, retention: timedelta = DEFAULT_RETENTION,
+                    dry_run: bool = False, now: datetime | None = None,
+                    force: bool = False) -> GcReport:
+    """Expire versions older than ``retention`` and delete what no retained version
+    references.  ``now`` is injectable for tests; it defaults to the wall clock."""
+    check_retention(retention, force)
+    now = now or datetime.now(UTC)
+    if now.tzinfo is None:
+        raise InvalidArgument("gc 'now' must be timezone-aware")
+    cutoff = now - retention
+    cutoff_ms = int(cutoff.timestamp() * 1000)
+    io = table.io
+    head = io.latest()
+    oldest = _oldest_to_keep(io, head, cutoff_ms)
+    if oldest > head.manifest.oldest_version and not dry_run:
+        head = _commit_marker(table, oldest)
+    retained = _retained(io, head, oldest)
+    referenced = _referenced(io, retained)
+    report = GcReport(dry_run=dry_run, cutoff=cutoff, head_version=head.version,
+                      oldest_version=oldest, retained_versions=len(retained))
+    doomed: list[tuple[str, int]] = []
+    for prefix in _PREFIXES:
+        for meta in table.store.list(prefix):
+            if meta.key in referenced:
+                continue
+            if meta.last_modified is None or meta.last_modified >= cutoff:
+                report.kept_too_young += 1
+                continue
+            doomed.append((meta.key, meta.size))
+            report.deleted.setdefault(prefix.rstrip("/"), []).append(meta.key)
+            report.bytes_deleted += meta.size
+    if not dry_run:
+        _delete_all(table, (k for k, _ in doomed))
+    table.refresh()
+    return report
+
+
+def _oldest_to_keep(io: MetadataIO, head: Snapshot, cutoff_ms: int) -> int:
+    """The newest version committed at or before the cutoff (it was the table as of
+    the cutoff), never below what an earlier GC already expired.  Expiry markers
+    change no data, so they are passed over: a second GC right after the first
+    finds nothing to expire instead of expiring the first one's marker."""
+    floor = head.manifest.oldest_version
+    for snap in io.history(head):
+        if snap.manifest.created_at_ms <= cutoff_ms and snap.manifest.operation != EXPIRE:
+            return max(floor, snap.version)
+    return floor
+
+
+def _commit_marker(table: Table, oldest: int) -> Snapshot:
+    def prepare(base: Snapshot) -> Changes | None:
+        if base.manifest.oldest_version >= oldest:
+            return None
+        return Changes(EXPIRE, oldest_version=oldest,
+                       params={"oldest_version": str(oldest)})
+
+    return commit_with_retry(table.io, prepare, policy=table.commit_policy).snapshot
+
+
+def _retained(io: MetadataIO, head: Snapshot, oldest: int) -> list[Snapshot]:
+    return [s for s in io.history(head) if s.version >= oldest]
+
+
+def _referenced(io: MetadataIO, versions: Iterable[Snapshot]) -> set[str]:
+    keys: set[str] = set()
+    for snap in versions:
+        m = snap.manifest
+        keys.add(snap.key)
+        keys.update(s.manifest for s in m.segments)
+        keys.update(t.path for t in m.tombstones)
+        keys.update(f.path for f in io.live_files(snap))
+    return keys
+
+
+def _delete_all(table: Table, keys: Iterable[str]) -> None:
+    keys = list(keys)
+    if not keys:
+        return
+    with ThreadPoolExecutor(max_workers=min(16, len(keys))) as pool:
+        list(pool.map(table.store.delete, keys))
