@@ -244,6 +244,18 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if report.ok else EXIT_VERIFY_FAILED
 
 
+def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
+    table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
+    res = table.compact(deleted_fraction=args.deleted_fraction)
+    if res.noop:
+        out.write(f"nothing to compact (version {res.version})\n")
+    else:
+        out.write(f"compacted {res.files_removed} file(s) into {res.files_added} "
+                  f"({res.rows_added:,} rows) as version {res.version} "
+                  f"({_requests(res.requests)})\n")
+    return 0
+
+
 def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:
     from datetime import timedelta
 
@@ -353,6 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--all-versions", action="store_true", help="check every version in history")
     v.add_argument("--json", action="store_true", help="print a JSON report (for monitoring)")
     v.set_defaults(fn=cmd_verify)
+
+    k = table_cmd("compact", "rewrite small and mostly-deleted files into new ones")
+    k.add_argument("--deleted-fraction", type=float, default=0.1,
+                   help="rewrite files with at least this share of rows deleted (default 0.1)")
+    k.set_defaults(fn=cmd_compact)
 
     g = table_cmd("gc", "expire old versions and delete objects no retained version uses")
     g.add_argument("--retain-hours", type=float, default=168.0,

@@ -20,7 +20,7 @@ import itertools
 import threading
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,8 +192,11 @@ class Scan:
 
     def __init__(self, io_: MetadataIO, footers: FooterCache, snapshot: Snapshot,
                  columns: Sequence[str] | None, where: str | Expr | None,
-                 tombstones: TombstoneCache | None = None) -> None:
+                 tombstones: TombstoneCache | None = None,
+                 only_files: Collection[str] | None = None) -> None:
+        """``only_files``: read just these data files of the snapshot (compaction)."""
         self._io = io_
+        self._only_files = frozenset(only_files) if only_files is not None else None
         self._store = io_.store
         self._footers = footers
         self._tombstones = tombstones or TombstoneCache()
@@ -240,6 +243,8 @@ class Scan:
             return self._plan
         manifest = self.snapshot.manifest
         files = self._io.live_files(self.snapshot)
+        if self._only_files is not None:
+            files = [f for f in files if f.path in self._only_files]
         kept = [f for f in files if f.row_count > 0 and self._file_might_match(f)]
         masks = load_masks(self._store, self._tombstones, manifest.tombstones,
                            {f.path: f for f in files}, [f.path for f in kept], manifest.schema)

@@ -241,6 +241,15 @@ class Table:
         ``read_version``: see :meth:`upsert`."""
         return Transaction(self, read_version=read_version)
 
+    def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1
+                ) -> CommitResult:
+        """Rewrite small files, and files ``deleted_fraction`` or more of whose rows are
+        deleted, into new files in one commit (see :mod:`caslake.maintenance.compact`)."""
+        from caslake.maintenance.compact import compact
+
+        return compact(self, target_file_size=target_file_size,
+                       deleted_fraction=deleted_fraction)
+
     def gc(self, *, retention: timedelta = timedelta(days=7), dry_run: bool = False,
            now: datetime | None = None, force: bool = False) -> GcReport:
         """Expire versions older than ``retention`` and delete the objects no retained

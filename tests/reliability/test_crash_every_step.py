@@ -1,7 +1,7 @@
 """Crash (and fail) at every store call of every write operation, and of gc.
 
-For each operation -- append, delete, upsert, a transaction (delete + append)
--- on a small table with several files, row groups and an existing tombstone:
+For each operation -- append, delete, upsert, a transaction (delete + append),
+compaction -- on a small table with several files, row groups and an existing tombstone:
 
 1. run the operation once through a :class:`FaultyStore` without faults to
    count its store calls ``N``;
@@ -151,7 +151,12 @@ def _upsert_model(rs: list[Row]) -> list[Row]:
     return [r for r in rs if r[0] not in keys] + UPSERT
 
 
+def _compact(t: Table) -> CommitResult:
+    return t.compact(target_file_size=1 << 20)  # every file of the base is small
+
+
 OPS: dict[str, Op] = {
+    "compact": Op(_compact, lambda rs: rs),
     "append": Op(_append, lambda rs: rs + rows(3000, 4000)),
     "delete": Op(_delete, lambda rs: [r for r in rs
                                       if not (100 <= r[0] < 1200 or r[1] == "s3")]),

@@ -5,7 +5,8 @@ smaller profile on the moto S3 server) next to a plain-Python model: the list
 of rows of every version.  Rules append small batches (an int64 ``id`` that
 repeats, a string and a float column with NULLs), delete by key, by range and
 by predicate, upsert by key, run a transaction (delete + append), read a random
-retained version, reopen the table (a new handle, cold caches), run gc with
+retained version, reopen the table (a new handle, cold caches), compact (same
+rows, fewer files; under the same faults and races as writes), run gc with
 a clock 30 days ahead (everything but the newest data version expires, and
 afterwards exactly the referenced objects remain), and arm trouble for the
 next write:
@@ -61,6 +62,7 @@ from caslake.errors import (
     VersionNotFound,
 )
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, POINTER_KEY, TOMBSTONE_PREFIX
+from caslake.maintenance.compact import plan_compaction
 from caslake.maintenance.verify import verify_table
 from caslake.store import open_store
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash
@@ -394,6 +396,19 @@ class TableMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.table = self._load()
+
+    @rule()
+    def compact(self) -> None:
+        """Same rows, fewer files.  Whether there is anything to compact is decided on
+        the version it commits on (after any race), as compact() itself decides."""
+        def effect(base: list[Row]) -> Effect:
+            io = self.observer.io
+            snap = io.at_version(io.latest(), len(self.model) - 1)
+            work = plan_compaction(self.observer, snap, target_file_size=1 << 20,
+                                   deleted_fraction=0.1)
+            return Effect(base, 0, work is not None)
+
+        self._write("compact", lambda t: t.compact(target_file_size=1 << 20), effect)
 
     @precondition(lambda self: self.armed is None and self.race is None)
     @rule()
