@@ -97,12 +97,15 @@ class CommitOutcomeUnknown(CaslakeError):
     """The pointer write may or may not have applied and it could not be read back.
 
     Nothing written by the commit has been deleted.  Open the table and look
-    for ``commit_id`` in its history before retrying.
+    for ``commit_id`` in its history before retrying.  ``version`` is the
+    version the last attempt aimed at (None if not known): once the table has
+    reached it without that commit id, the commit can no longer land.
     """
 
-    def __init__(self, message: str, *, commit_id: str) -> None:
+    def __init__(self, message: str, *, commit_id: str, version: int | None = None) -> None:
         super().__init__(f"{message} (commit id {commit_id})")
         self.commit_id = commit_id
+        self.version = version
 
 
 # --- corrupt state ----------------------------------------------------------

@@ -8,7 +8,12 @@ import pyarrow as pa
 import pytest
 
 import caslake
-from caslake.errors import CommitConflict, CommitOutcomeUnknown, PreconditionFailed
+from caslake.errors import (
+    CommitConflict,
+    CommitOutcomeUnknown,
+    PreconditionFailed,
+    TransientStoreError,
+)
 from caslake.format.keys import MANIFEST_PREFIX, POINTER_KEY, manifest_key, new_token
 from caslake.store import open_store
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash
@@ -227,6 +232,41 @@ def test_retry_budget_exhaustion_is_a_typed_conflict(tmp_path) -> None:  # type:
     t.store.put = real_put  # type: ignore[method-assign]
     fresh = caslake.open_table(uri)
     assert fresh.version == 3 and fresh.scan().count() == 3
+
+
+def test_late_landing_of_an_unsettled_pointer_write_is_not_committed_twice(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A pointer PUT times out, the read-back still shows the old pointer (nothing
+    provable), and the delayed PUT lands before the retry reads the pointer: the
+    retry must recognise its own commit instead of applying the append again."""
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA)
+    t = caslake.open_table(uri)
+    t.commit_policy = FAST
+    real_put, real_get = t.store.put, t.store.get
+    delayed: list[tuple[bytes, object]] = []
+    pointer_reads = {"n": 0}
+
+    def put(key, data, *, mode=None):  # type: ignore[no-untyped-def]
+        if key == POINTER_KEY and not delayed:
+            delayed.append((data, mode))  # in flight: applied later, reply lost now
+            raise TransientStoreError("injected timeout", key=key)
+        return real_put(key, data, mode=mode)
+
+    def get(key):  # type: ignore[no-untyped-def]
+        if key == POINTER_KEY and delayed:
+            pointer_reads["n"] += 1
+            if pointer_reads["n"] == 2:  # after the settle read, before the retry's read
+                data, mode = delayed[0]
+                real_put(key, data, mode=mode)
+        return real_get(key)
+
+    t.store.put, t.store.get = put, get  # type: ignore[method-assign]
+    res = t.append(batch(0, 5))
+    t.store.put, t.store.get = real_put, real_get  # type: ignore[method-assign]
+    assert delayed and pointer_reads["n"] >= 2  # the late landing really happened
+    fresh = caslake.open_table(uri)
+    assert res.version == fresh.version == 1
+    assert fresh.scan().count() == 5
 
 
 def test_overwrite_conflicts_with_a_concurrent_commit(tmp_path) -> None:  # type: ignore[no-untyped-def]
