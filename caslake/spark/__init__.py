@@ -4,6 +4,10 @@
     caslake.spark.register(spark)
     df = spark.read.format("caslake").option("version", "3").load("s3://bucket/t")
     df.write.format("caslake").mode("append").save("s3://bucket/t")
+    df.writeStream.format("caslake").option("checkpointLocation", chk).start("s3://bucket/t")
+    caslake.spark.delete(spark, uri, "user = 'u1'")      # positions found by Spark tasks
+    caslake.spark.upsert(spark, uri, cdc_df, key=["id"])  # one commit
+    caslake.spark.read_native(spark, uri, version=3)      # Spark's own Parquet reader
 
 Needs the ``spark`` extra (``pyspark>=4.3,<4.4``).  See
 :mod:`caslake.spark.source` for the options and guarantees.
@@ -13,14 +17,16 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from caslake.spark.dml import delete, upsert
+from caslake.spark.native import read_native
 from caslake.spark.source import (
     SOURCE_NAME,
-    CaslakeCommitMessage,
     CaslakeDataSource,
     CaslakePartition,
     CaslakeReader,
-    CaslakeWriter,
 )
+from caslake.spark.stream import CaslakeStreamWriter
+from caslake.spark.write import CaslakeCommitMessage, CaslakeWriter
 
 __all__ = [
     "SOURCE_NAME",
@@ -28,8 +34,12 @@ __all__ = [
     "CaslakeDataSource",
     "CaslakePartition",
     "CaslakeReader",
+    "CaslakeStreamWriter",
     "CaslakeWriter",
+    "delete",
+    "read_native",
     "register",
+    "upsert",
 ]
 
 

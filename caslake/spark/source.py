@@ -9,12 +9,11 @@ groups, the columns and the predicate.  The task rebuilds a one-file snapshot
 and runs caslake's own Scan on it, so deletes and the exact row filter apply
 as in ``Table.scan``; no metadata is re-read on executors.
 
-Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``.
-Each task writes Parquet data files and returns their manifest entries (as
-JSON); the driver makes exactly one commit with all of them (creating the
-table from the DataFrame schema first if there is none).  ``abort`` deletes
-the files of a failed job, unless the commit outcome may be unknown or the
-files are referenced by the table.
+Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``
+(:mod:`caslake.spark.write`): one table commit per job; options ``txnAppId`` +
+``txnVersion`` make it idempotent.  Streaming: ``df.writeStream.format("caslake")``
+(:mod:`caslake.spark.stream`): one commit per micro-batch, exactly once across
+restarts.  Commit and abort rules: :mod:`caslake.spark.commit`.
 
 Options: ``storage_options`` (a JSON object) and ``storage.<key>`` (one each);
 for reads also ``version``, ``timestamp`` (ISO-8601 or epoch milliseconds)
@@ -23,64 +22,55 @@ and ``columns`` (a comma list narrowing the schema).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
-    DataSourceArrowWriter,
     DataSourceReader,
     Filter,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from caslake.errors import (
-    CaslakeError,
-    CommitConflict,
-    CommitOutcomeUnknown,
     InvalidArgument,
     SchemaMismatch,
-    StoreError,
-    TableAlreadyExists,
-    TableNotFound,
-    UserInputError,
 )
 from caslake.expr import Expr
-from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile, Manifest, TombstoneRef, parse_data_file
 from caslake.format.schema import Field, TableSchema
 from caslake.spark.filters import split_filters
 from caslake.spark.types import (
-    arrow_schema_for,
     conform_for_read,
-    conform_for_write,
     spark_schema_for,
     spark_type_for,
-    writable,
 )
 from caslake.store import open_store
 from caslake.store.base import ObjectStore
-from caslake.table.changes import Changes
-from caslake.table.commit import commit_with_retry
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.scan import FooterCache, Scan
-from caslake.table.table import create_table, open_table
-from caslake.table.write import WriteOptions, write_data_files
+from caslake.table.table import open_table
+
+if TYPE_CHECKING:  # imported where used: these modules import this one
+    from caslake.spark.stream import CaslakeStreamWriter
+    from caslake.spark.write import CaslakeWriter
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "caslake"
+# Reads: a file's surviving row groups are split into runs of about SPLIT_BYTES of
+# column chunks, one Spark partition each, so one big file is read by several tasks
+# at once; batches go to Spark in slices of at most READ_BATCH_ROWS rows, so the JVM
+# never holds a whole decoded unit (up to ~64 MiB compressed) as one Arrow batch.
+SPLIT_BYTES = 32 * 1024 * 1024
+READ_BATCH_ROWS = 65_536
 
 
 # --- options ----------------------------------------------------------------------
@@ -169,9 +159,42 @@ class CaslakePartition(InputPartition):
         super().__init__(self.file["path"])
 
 
-def read_partition(p: CaslakePartition) -> Iterator[pa.RecordBatch]:
-    """Live, matching rows of one partition, as caslake's Scan produces them."""
-    store = open_store(p.uri, p.storage_options or None)
+def split_row_groups(groups: Sequence[int], nbytes: int, target: int | None = None
+                     ) -> list[list[int]]:
+    """A file's surviving row groups (``nbytes`` of column chunks to read) cut into
+    contiguous runs of about ``target`` bytes (default :data:`SPLIT_BYTES`): one
+    Spark partition each, so one large file is read by several tasks at once."""
+    if not groups:
+        return []
+    target = SPLIT_BYTES if target is None else target
+    n = max(1, min(len(groups), -(-nbytes // max(target, 1))))
+    size, extra = divmod(len(groups), n)
+    out: list[list[int]] = []
+    i = 0
+    for k in range(n):
+        j = i + size + (1 if k < extra else 0)
+        out.append(list(groups[i:j]))
+        i = j
+    return out
+
+
+def slice_batch(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:
+    """``batch`` as zero-copy slices of at most ``rows`` rows."""
+    if batch.num_rows <= rows:
+        yield batch
+        return
+    for start in range(0, batch.num_rows, rows):
+        yield batch.slice(start, rows)
+
+
+def read_partition(p: CaslakePartition, store: ObjectStore | None = None
+                   ) -> Iterator[pa.RecordBatch]:
+    """Live, matching rows of one partition, as caslake's Scan produces them.
+
+    ``store``: the store to read through (default: opened from the partition's URI
+    and options), e.g. to observe its request counters."""
+    if store is None:
+        store = open_store(p.uri, p.storage_options or None)
     schema = _table_schema_from_json(p.schema)
     data_file = data_file_from_json(p.file, schema)
     refs = tuple(TombstoneRef(path, size, etag, {data_file.path: n})
@@ -230,190 +253,17 @@ class CaslakeReader(DataSourceReader):
             file=task.file.to_json(),
             tombstones=[(r.path, r.size, r.etag, r.files[task.file.path])
                         for r in refs if task.file.path in r.files],
-            row_groups=list(task.row_groups), columns=self.columns, where=self.where,
+            row_groups=groups, columns=self.columns, where=self.where,
             where_text=str(self.where) if self.where is not None else "")
-            for task in plan.tasks]
+            for task in plan.tasks
+            for groups in split_row_groups(task.row_groups, task.bytes_to_read)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, CaslakePartition):
             return iter(())  # Spark's placeholder partition for an empty plan
         expected = to_arrow_schema(self.schema, timezone="UTC")
-        return (conform_for_read(b, expected) for b in read_partition(partition))
-
-
-# --- writing ----------------------------------------------------------------------
-
-
-@dataclass
-class CaslakeCommitMessage(WriterCommitMessage):
-    """What one write task uploaded: ``DataFile.to_json()`` entries (plain, picklable)."""
-
-    job_id: str
-    files: list[dict[str, Any]] = field(default_factory=list)
-    rows: int = 0
-
-
-def _state_path(job_id: str) -> str:
-    return os.path.join(tempfile.gettempdir(), f"caslake-spark-commit-{job_id}")
-
-
-def _set_state(job_id: str, state: str | None) -> None:
-    """Record the commit state of a job on the driver's disk: Spark runs ``commit``
-    and ``abort`` in separate Python workers, each with a fresh copy of the writer."""
-    path = _state_path(job_id)
-    if state is None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
-    with open(path, "w") as f:
-        f.write(state)
-
-
-def _get_state(job_id: str) -> str | None:
-    try:
-        with open(_state_path(job_id)) as f:
-            return f.read().strip() or "committing"
-    except FileNotFoundError:
-        return None
-
-
-class CaslakeWriter(DataSourceArrowWriter):
-    """One Spark write job: tasks upload data files, the driver commits them once."""
-
-    def __init__(self, uri: str, storage_options: dict[str, str], schema: StructType,
-                 overwrite: bool) -> None:
-        self.uri = uri
-        self.storage_options = storage_options
-        self.overwrite = overwrite
-        self.job_id = new_token()  # also the commit id
-        self.outcome_unknown = False
-        io = MetadataIO(open_store(uri, storage_options or None))
-        self.start_version: int | None
-        try:
-            snap = io.latest()
-            table_schema = snap.manifest.schema
-            self.start_version = snap.version
-        except TableNotFound:
-            table_schema = TableSchema.from_arrow(arrow_schema_for(schema))
-            self.start_version = None  # the commit creates the table
-        target = table_schema.to_arrow()
-        for f in schema.fields:  # fail on the driver, before any task runs
-            if f.name not in target.names:
-                raise SchemaMismatch(f"column {f.name!r} is not in the table schema "
-                                     f"(columns: {', '.join(target.names)})", column=f.name)
-            src = _spark_arrow_type(f)
-            if not writable(src, target.field(f.name).type):
-                raise SchemaMismatch(f"column {f.name!r} has type {f.dataType.simpleString()} "
-                                     f"in the DataFrame but {target.field(f.name).type} in "
-                                     "the table", column=f.name)
-        self.table_schema = table_schema.to_json()
-
-    def _store(self) -> ObjectStore:
-        return open_store(self.uri, self.storage_options or None)
-
-    def write(self, iterator: Iterator[pa.RecordBatch]  # type: ignore[override]
-              ) -> CaslakeCommitMessage:
-        store = self._store()
-        schema = _table_schema_from_json(self.table_schema)
-        target = schema.to_arrow()
-        uploaded: list[str] = []
-        put_file = store.put_file
-
-        def recording_put_file(key: str, path: str, **kwargs: Any) -> str:
-            etag = put_file(key, path, **kwargs)
-            uploaded.append(key)
-            return etag
-
-        store.put_file = recording_put_file  # type: ignore[method-assign]
-        try:
-            files = write_data_files(store, (conform_for_write(b, target) for b in iterator),
-                                     schema, WriteOptions())
-        except BaseException:
-            for key in uploaded:  # never referenced: remove what this task uploaded
-                with contextlib.suppress(StoreError):
-                    store.delete(key)
-            raise
-        return CaslakeCommitMessage(self.job_id, [f.to_json() for f in files],
-                                    sum(f.row_count for f in files))
-
-    def _files(self, messages: Sequence[WriterCommitMessage | None]) -> list[DataFile]:
-        schema = _table_schema_from_json(self.table_schema)
-        return [data_file_from_json(d, schema) for m in messages
-                if isinstance(m, CaslakeCommitMessage) for d in m.files]
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        files = self._files(messages)
-        schema = _table_schema_from_json(self.table_schema)
-        operation = "overwrite" if self.overwrite else "append"
-        _set_state(self.job_id, "committing")
-        try:
-            io = MetadataIO(self._store())
-            required = self.start_version
-            if self.start_version is None:
-                try:
-                    create_table(self.uri, schema.to_arrow(),
-                                 storage_options=self.storage_options or None)
-                    required = 0
-                except TableAlreadyExists:
-                    if self.overwrite:
-                        raise CommitConflict(
-                            "the table was created by another writer during this overwrite",
-                            help="re-run the overwrite") from None
-
-            def prepare(base: Snapshot) -> Changes | None:
-                if base.manifest.schema != schema:
-                    raise CommitConflict("the table schema changed during the write",
-                                         help="re-run the write against the new schema")
-                if not files and not self.overwrite:
-                    return None
-                return Changes(operation, add_files=tuple(files), remove_all=self.overwrite,
-                               params={"engine": "spark"},
-                               requires_version=required if self.overwrite else None)
-
-            commit_with_retry(io, prepare, commit_id=self.job_id)
-        except (CommitConflict, UserInputError, TableNotFound):
-            _set_state(self.job_id, None)  # provably not committed: abort may clean up
-            raise
-        except CommitOutcomeUnknown:
-            self.outcome_unknown = True
-            _set_state(self.job_id, "unknown")
-            raise
-        except BaseException:
-            # Anything else (a store error mid-commit, ...) cannot prove the outcome.
-            self.outcome_unknown = True
-            _set_state(self.job_id, "unknown")
-            raise
-        _set_state(self.job_id, None)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        state = _get_state(self.job_id)
-        if self.outcome_unknown or state is not None:
-            log.warning("caslake: not deleting the data files of job %s: its commit outcome "
-                        "is unknown (state %s); they are orphans for GC if it did not land",
-                        self.job_id, state or "unknown")
-            return
-        files = self._files(messages)
-        if not files:
-            return
-        store = self._store()
-        try:  # never delete a file the table references (e.g. the commit did land)
-            live = {f.path for f in MetadataIO(store).live_files(MetadataIO(store).latest())}
-        except TableNotFound:
-            live = set()
-        except CaslakeError as e:
-            log.warning("caslake: not deleting the data files of job %s: cannot read the "
-                        "table to prove them unreferenced (%s)", self.job_id, e)
-            return
-        for f in files:
-            if f.path not in live:
-                with contextlib.suppress(StoreError):
-                    store.delete(f.path)
-
-
-def _spark_arrow_type(f: Any) -> pa.DataType:
-    schema = to_arrow_schema(StructType([f]), timezone="UTC")
-    t: pa.DataType = schema.field(0).type
-    return t
+        return (conform_for_read(piece, expected) for b in read_partition(partition)
+                for piece in slice_batch(b, READ_BATCH_ROWS))
 
 
 # --- the data source --------------------------------------------------------------
@@ -436,11 +286,26 @@ class CaslakeDataSource(DataSource):
     def reader(self, schema: StructType) -> CaslakeReader:
         return CaslakeReader(ReadOptions.parse(self.options), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> CaslakeWriter:
+    def _sink_uri(self) -> str:
         uri = self.options.get("path")
         if not uri:
-            raise InvalidArgument("caslake needs the table URI: .save(uri)")
+            raise InvalidArgument("caslake needs the table URI: .save(uri) or .start(uri)")
         for opt in ("version", "timestamp", "columns"):
             if self.options.get(opt):
                 raise InvalidArgument(f"option {opt} only applies to reads")
-        return CaslakeWriter(uri, storage_options_from(self.options), schema, overwrite)
+        return str(uri)
+
+    def writer(self, schema: StructType, overwrite: bool) -> CaslakeWriter:
+        from caslake.spark.write import CaslakeWriter, txn_from_options
+
+        uri = self._sink_uri()
+        txn = txn_from_options(self.options)
+        return CaslakeWriter(uri, storage_options_from(self.options), schema, overwrite, txn)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> CaslakeStreamWriter:
+        from caslake.spark.stream import CaslakeStreamWriter, stream_app_id
+
+        uri = self._sink_uri()
+        app_id = stream_app_id(self.options)
+        return CaslakeStreamWriter(uri, storage_options_from(self.options), schema, overwrite,
+                                   app_id)

@@ -19,7 +19,7 @@ so delete semantics have exactly one implementation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,7 @@ from caslake.store.base import PutMode
 from caslake.table.changes import Changes
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.scan import FooterCache, Scan
+from caslake.table.scan import POSITION, FileTask, FooterCache, Scan
 
 # A range predicate is recorded as a key range instead of positions once the
 # position bitmap for a file would be larger than this.
@@ -81,6 +81,18 @@ class DeletePlan:
     def target_paths(self) -> set[str]:
         return set(self.per_file)
 
+    def add(self, task: FileTask, positions: BitMap) -> None:
+        """Record ``positions`` (live rows of ``task``'s file that a condition matches)."""
+        if not positions:
+            return
+        path = task.file.path
+        bm = self.per_file.setdefault(path, BitMap())
+        bm |= positions
+        md = task.footer
+        self.tasks.setdefault(path, (task.file, task.mask, task.starts,
+                                     [md.row_group(i).num_rows
+                                      for i in range(md.num_row_groups)]))
+
 
 def _key_scan_where(keys: pa.Table) -> Expr | None:
     """A sound pruning predicate for a key set: each key column within its min/max."""
@@ -95,37 +107,54 @@ def _key_scan_where(keys: pa.Table) -> Expr | None:
     return expr
 
 
-def _matches(scan: Scan, cond: Condition, plan: DeletePlan) -> None:
+def condition_scan(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache,
+                   base: Snapshot, cond: Condition) -> Scan:
+    """The scan of ``base`` that a condition's matches are looked for in: its plan
+    holds the candidate files and row groups left after statistics pruning (by the
+    predicate, or by each key column's min/max), with their deletion masks."""
+    if isinstance(cond, PredicateCondition):
+        return Scan(io, footers, base, [], cond.where, tombstones)
+    schema = base.manifest.schema.to_arrow()
+    for name in cond.keys.column_names:
+        if name not in schema.names:
+            raise UnknownColumn(name, schema.names)
+    return Scan(io, footers, base, cond.keys.column_names, _key_scan_where(cond.keys),
+                tombstones)
+
+
+def matching_positions(scan: Scan, cond: Condition) -> dict[str, tuple[FileTask, BitMap]]:
+    """Per file of ``scan``'s plan: the positions of its live rows (not deleted by
+    any tombstone yet) that ``cond`` matches.  Files with no match are left out.
+
+    This is the one implementation of delete semantics: ``Table.delete`` and
+    upserts call it on the whole candidate scan, the Spark delete on executors,
+    one group of files each (``caslake.spark.dml``)."""
+    out: dict[str, tuple[FileTask, BitMap]] = {}
     for task, rows in scan.matching_rows():
         if isinstance(cond, KeyCondition):
             names = cond.keys.column_names
             rows = rows.join(cond.keys, keys=names, join_type="inner")
-        positions = rows.column("__pos").to_numpy()
+        positions = rows.column(POSITION).to_numpy()
         if not len(positions):
             continue
-        path = task.file.path
-        bm = plan.per_file.setdefault(path, BitMap())
-        bm.update(positions.astype(np.uint32))
-        md = task.footer
-        plan.tasks.setdefault(path, (task.file, task.mask, task.starts,
-                                     [md.row_group(i).num_rows
-                                      for i in range(md.num_row_groups)]))
+        found = out.setdefault(task.file.path, (task, BitMap()))
+        found[1].update(positions.astype(np.uint32))
+    return out
+
+
+# How a transaction plans its deletes on a base version: ``plan_delete``, or one
+# that computes ``matching_positions`` elsewhere (caslake.spark.dml).
+Planner = Callable[[MetadataIO, FooterCache, TombstoneCache, Snapshot, Sequence[Condition]],
+                   DeletePlan]
 
 
 def plan_delete(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache,
                 base: Snapshot, conditions: Sequence[Condition]) -> DeletePlan:
     plan = DeletePlan(base)
-    schema = base.manifest.schema.to_arrow()
     for cond in conditions:
-        if isinstance(cond, PredicateCondition):
-            scan = Scan(io, footers, base, [], cond.where, tombstones)
-        else:
-            for name in cond.keys.column_names:
-                if name not in schema.names:
-                    raise UnknownColumn(name, schema.names)
-            scan = Scan(io, footers, base, cond.keys.column_names, _key_scan_where(cond.keys),
-                        tombstones)
-        _matches(scan, cond, plan)
+        scan = condition_scan(io, footers, tombstones, base, cond)
+        for task, positions in matching_positions(scan, cond).values():
+            plan.add(task, positions)
     return plan
 
 

@@ -90,6 +90,27 @@ class DeletionMask:
             keep &= ~hit_np
         return keep
 
+    def deleted_positions(self, group_rows: Sequence[int],
+                          key_values: pa.Table | None = None) -> BitMap:
+        """Every position of the file that this mask deletes, through ``keep_mask``.
+
+        ``group_rows``: the rows of each of the file's row groups, in order (only
+        needed for whole-group or key-range records).  ``key_values``: the file's
+        values of :meth:`key_columns`, every row in file order (only needed for
+        key-range records)."""
+        if not self.row_groups and not self.key_ranges:
+            return BitMap(self.positions)
+        if self.key_ranges and key_values is None:
+            raise ValueError("a mask with key ranges needs the file's key values")
+        spans, start = [], 0
+        for rg, n in enumerate(group_rows):
+            spans.append((rg, start, n))
+            start += n
+        keep = self.keep_mask(spans, key_values if key_values is not None else pa.table({}))
+        if keep is None:
+            return BitMap()
+        return BitMap(np.flatnonzero(~keep).astype(np.uint32))
+
 
 class TombstoneCache:
     def __init__(self, size: int = 4096) -> None:

@@ -12,6 +12,7 @@ a row another commit deleted, never deleting a row twice).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from caslake.table.delete import (
     Condition,
     DeletePlan,
     KeyCondition,
+    Planner,
     PredicateCondition,
     changed_since,
     changes_for,
@@ -45,8 +47,12 @@ if TYPE_CHECKING:
 class Transaction:
     """Use as ``with table.transaction() as tx: ...``; commits on a clean exit."""
 
-    def __init__(self, table: Table, *, read_version: int | None = None) -> None:
+    def __init__(self, table: Table, *, read_version: int | None = None,
+                 planner: Planner | None = None) -> None:
         self._table = table
+        # How deletes are planned on a base version (``plan_delete``; the Spark
+        # delete plugs in one that computes the matching positions on executors).
+        self._planner: Planner = planner or plan_delete
         # Optimistic read validation: the change was computed from this version,
         # so it must not commit over a concurrent change to rows it could match.
         self._read_version = read_version
@@ -102,6 +108,19 @@ class Transaction:
         self._ops.append("upsert")
         self._params.setdefault("key", ",".join(keys))
 
+    def stage(self, operation: str, *, files: Sequence[DataFile] = (),
+              conditions: Sequence[Condition] = (),
+              params: Mapping[str, str] | None = None) -> None:
+        """Stage data files already uploaded (e.g. by Spark executors, with the
+        table's schema) and delete conditions as one ``operation`` of this
+        transaction.  ``abort`` removes the files like those of ``append``."""
+        self._check_open()
+        self._files.extend(files)
+        self._conditions.extend(conditions)
+        self._ops.append(operation)
+        for k, v in (params or {}).items():
+            self._params.setdefault(k, v)
+
     # --- commit ----------------------------------------------------------------------
 
     def _operation(self) -> str:
@@ -124,7 +143,7 @@ class Transaction:
         commit_id = new_token()
 
         def plan_on(base: Snapshot) -> None:
-            plan = plan_delete(io, table.footers, table.tombstones, base, conditions)
+            plan = self._planner(io, table.footers, table.tombstones, base, conditions)
             refs, dropped, hidden = write_delete(io, plan, commit_id=commit_id,
                                                  conditions=conditions)
             state.update(plan=plan, refs=refs, dropped=dropped, hidden=hidden)

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import pickle
 import re
-import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,9 +16,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNull, Not, String
 from pyspark.testing import assertDataFrameEqual
 
 import caslake
-from caslake.errors import CommitOutcomeUnknown
 from caslake.format.keys import DATA_PREFIX
-from caslake.spark import source as spark_source
 from caslake.spark.filters import split_filters
 from caslake.store import open_store
 
@@ -133,96 +128,6 @@ def test_filter_translation_absorbs_only_exact_filters() -> None:
     assert rest == kept and all(a is b for a, b in zip(rest, kept, strict=True))
     assert where is not None
     assert str(where).count("AND") == 3
-
-
-def test_failed_job_leaves_no_version_and_no_files(spark: SparkSession, tmp_path: Path) -> None:
-    uri = str(tmp_path / "t")
-    table = caslake.create_table(uri, SCHEMA)
-    table.append(rows(0, 10))
-    before = data_files(uri)
-
-    def failing_write(target: str, known: set[str]) -> None:
-        @F.udf("bigint")
-        def explode_on_77(i: int) -> int:
-            if i == 77:
-                # Fail only once the other task has uploaded its file, so its commit
-                # message reaches the driver and abort must delete that file.  (A task
-                # still running when Spark aborts the job can leave an unreferenced
-                # file for GC; see the caslake.spark.source docstring.)
-                deadline = time.monotonic() + 60
-                while not data_files(target) - known and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                time.sleep(0.5)
-                raise ValueError("boom on 77")
-            return i
-
-        df = as_df(spark, rows(0, 100)).repartition(2).withColumn("id", explode_on_77("id"))
-        with pytest.raises(Exception, match="boom on 77"):
-            df.write.format("caslake").mode("append").save(target)
-
-    failing_write(uri, before)
-    assert caslake.open_table(uri).version == 1
-    assert data_files(uri) == before  # the files of the task that succeeded were deleted
-    # No table at all: a failed first write creates nothing.
-    fresh = str(tmp_path / "fresh")
-    failing_write(fresh, set())
-    with pytest.raises(caslake.CaslakeError):
-        caslake.open_table(fresh)
-    assert not data_files(fresh)
-
-
-def test_abort_after_unknown_commit_outcome_deletes_nothing(
-        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    uri = str(tmp_path / "t")
-    caslake.create_table(uri, SCHEMA)
-    sdf = as_df(spark, rows(0, 5))
-    writer = spark_source.CaslakeWriter(uri, {}, sdf.schema, overwrite=False)
-    fresh_copy = pickle.dumps(writer)  # Spark gives commit and abort separate copies
-    batch = pa.RecordBatch.from_pandas(rows(0, 5).to_pandas(), preserve_index=False)
-    message = writer.write(iter([batch]))
-    written = {f["path"] for f in message.files}
-    assert written and written <= data_files(uri)
-
-    def unknown(*args: object, **kwargs: object) -> None:
-        raise CommitOutcomeUnknown("pointer write timed out", commit_id=writer.job_id)
-
-    monkeypatch.setattr(spark_source, "commit_with_retry", unknown)
-    with pytest.raises(CommitOutcomeUnknown):
-        writer.commit([message])
-    writer.abort([message])
-    pickle.loads(fresh_copy).abort([message])
-    assert written <= data_files(uri)  # nothing deleted: the commit may have landed
-    spark_source._set_state(writer.job_id, None)  # the test's own marker in the temp dir
-    # A job that provably did not commit is cleaned up by abort.
-    other = spark_source.CaslakeWriter(uri, {}, sdf.schema, overwrite=False)
-    msg2 = other.write(iter([batch]))
-    pickle.loads(pickle.dumps(other)).abort([msg2])
-    assert not {f["path"] for f in msg2.files} & data_files(uri)
-
-
-def test_spark_append_racing_python_append_both_land(spark: SparkSession,
-                                                     tmp_path: Path) -> None:
-    uri = str(tmp_path / "t")
-    caslake.create_table(uri, SCHEMA)
-    errors: list[BaseException] = []
-
-    def python_appends() -> None:
-        try:
-            t = caslake.open_table(uri)
-            for lo in range(1000, 1010):
-                t.append(rows(lo, lo + 1))
-        except BaseException as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=python_appends)
-    thread.start()
-    as_df(spark, rows(0, 50)).write.format("caslake").mode("append").save(uri)
-    thread.join()
-    assert not errors
-    table = caslake.open_table(uri)
-    assert table.version == 11
-    assert sorted(table.scan(columns=["id"]).to_arrow()["id"].to_pylist()) == [
-        *range(50), *range(1000, 1010)]
 
 
 @pytest.mark.s3

@@ -1,0 +1,262 @@
+"""Native fast read: a pinned caslake snapshot read by Spark's own Parquet reader.
+
+    df = caslake.spark.read_native(spark, "/data/events", version=12, columns=["id", "ts"])
+
+caslake plans on the driver: it pins the snapshot (latest, ``version`` or
+``timestamp``), lists its live data files and turns each file's tombstones
+(row positions, whole row groups, key ranges: the core
+:class:`~caslake.table.deletion_mask.DeletionMask`) into deleted row positions.
+Spark then reads the files with its vectorized Parquet reader:
+
+* files without deletions: a plain ``spark.read.parquet(...)``, no extra cost;
+* files with deletions: the same read with the hidden ``_metadata.file_path`` and
+  ``_metadata.row_index`` columns, left-anti-joined with a (broadcast, when
+  small) frame of the deleted ``(file_path, row_index)`` pairs;
+
+and the two are unioned.  The result has exactly the columns, types and
+nullability of ``spark.read.format("caslake")``.
+
+Paths: Spark reports ``_metadata.file_path`` as a qualified, URL-encoded URI
+(``file:/tmp/a%20b/t=1/data/...``).  The deletions frame is built with the
+string Hadoop's ``Path`` gives for the table root (the same conversion Spark
+makes) followed by the data file key, whose characters are never encoded.
+Spark treats every path as a glob pattern, so glob characters of the root
+('[', '{', '*', '?', '\\') are escaped.  Tables on the local filesystem
+read as ``file:``; ``s3://`` tables as ``s3a://``, which needs ``hadoop-aws``
+(and its AWS SDK) on Spark's classpath and ``fs.s3a.*`` settings (endpoint,
+credentials) in the Spark configuration: caslake's ``storage_options`` are
+used for the metadata only.
+Anything Spark cannot read is an ``InvalidArgument`` naming the path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pyarrow as pa
+from pyroaring import BitMap
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DecimalType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from caslake.errors import CorruptMetadata, InvalidArgument, SchemaMismatch
+from caslake.format.manifest import DataFile, Manifest
+from caslake.spark.types import spark_schema_for
+from caslake.store import LocalStore, ObjectStore, S3Store
+from caslake.table.deletion_mask import DeletionMask, load_masks
+from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.scan import Scan
+from caslake.table.table import Table, open_table
+
+# Deletions up to this many rows are broadcast to every task (a hash anti-join
+# with no shuffle); more are left to Spark's join planning.
+BROADCAST_DELETIONS_LIMIT = 1_000_000
+FILE_PATH = "_caslake_file_path"
+_GLOB_SPECIAL = re.compile(r"([\\\[\]{}*?])")
+ROW_INDEX = "_caslake_row_index"
+
+
+def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
+                timestamp: dt.datetime | str | int | None = None,
+                columns: Sequence[str] | None = None,
+                storage_options: dict[str, str] | None = None) -> DataFrame:
+    """Read one version of a caslake table with Spark's own Parquet reader.
+
+    ``version`` or ``timestamp`` (a datetime, ISO-8601 text or epoch
+    milliseconds) pick the version (default: the latest, pinned now);
+    ``columns`` narrows and orders the columns.  Equal to
+    ``spark.read.format("caslake")`` with the same options, without filter
+    pushdown into caslake (Spark's own Parquet filter pushdown applies)."""
+    table = open_table(uri, storage_options=storage_options)
+    scan = table.scan(columns=list(columns) if columns is not None else None,
+                      version=version, as_of=timestamp)  # pins the snapshot; checks columns
+    snap = scan.snapshot
+    arrow = snap.manifest.schema.to_arrow()
+    names = list(scan.columns)
+    result = spark_schema_for(arrow, names)
+    for name in names:
+        t = arrow.field(name).type
+        if pa.types.is_timestamp(t) and t.unit == "ns":
+            raise SchemaMismatch(
+                f"column {name!r} is {t}: Spark's Parquet reader cannot read nanosecond "
+                "timestamps; leave it out (columns=...) or read with "
+                "spark.read.format('caslake')", column=name, actual=str(t))
+    files = [f for f in table.io.live_files(snap) if f.row_count > 0]
+    if not files:
+        return spark.createDataFrame([], result)
+    read_root, reported_root = spark_paths(spark, table.store)
+    deleted = deleted_positions(table, snap, files)
+    clean = [f for f in files if f.path not in deleted]
+    dirty = [f for f in files if f.path in deleted and len(deleted[f.path]) < f.row_count]
+    reader = spark.read.schema(StructType([StructField(f.name, f.dataType, True)
+                                           for f in result]))
+    glob_safe_root = _GLOB_SPECIAL.sub(r"\\\1", read_root)  # Spark globs every path
+
+    def paths(fs: list[DataFile]) -> list[str]:
+        return [f"{glob_safe_root}/{f.path}" for f in fs]
+
+    parts: list[DataFrame] = []
+    if clean:
+        parts.append(reader.parquet(*paths(clean)).select(*map(_col, names)))
+    if dirty:
+        if "_metadata" in arrow.names:
+            raise InvalidArgument(f"read_native cannot drop deleted rows of {uri}: its column "
+                                  "'_metadata' hides Spark's file metadata column; use "
+                                  "spark.read.format('caslake')")
+        rows = reader.parquet(*paths(dirty)).select(
+            *map(_col, names), F.col("_metadata.file_path").alias(FILE_PATH),
+            F.col("_metadata.row_index").alias(ROW_INDEX))
+        frame = _deletions_frame(spark, {f"{reported_root}/{f.path}": deleted[f.path]
+                                         for f in dirty})
+        if sum(len(b) for b in deleted.values()) <= BROADCAST_DELETIONS_LIMIT:
+            frame = F.broadcast(frame)
+        parts.append(rows.join(frame, on=[FILE_PATH, ROW_INDEX], how="left_anti")
+                     .select(*map(_col, names)))
+    if not parts:  # every file wholly deleted (never written so, but cheap to allow)
+        return spark.createDataFrame([], result)
+    df = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
+    return _with_nullability(df, result, uri)
+
+
+def _col(name: str) -> Column:
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _with_nullability(df: DataFrame, schema: StructType, uri: str) -> DataFrame:
+    """Spark reads every Parquet column as nullable; give NOT NULL columns back their
+    nullability (as the data source reports it).  A NULL in one is an error, never
+    replaced: ``coalesce(CASE WHEN c IS NULL THEN raise_error(..) ELSE c END, v)``
+    is NOT NULL for Spark, and ``v`` (any non-null value of the type) is never used."""
+    if all(f.nullable for f in schema.fields):
+        return df
+    cols = []
+    for f in schema.fields:
+        c = _col(f.name)
+        if not f.nullable:
+            failing = F.raise_error(F.lit(f"caslake table {uri}: column {f.name!r} is NOT "
+                                          "NULL but a data file holds a NULL"))
+            c = F.coalesce(F.when(c.isNull(), failing).otherwise(c), _some_value(f.dataType))
+        cols.append(c.alias(f.name))
+    return df.select(*cols)
+
+
+def _some_value(t: DataType) -> Column:
+    """A non-null literal of Spark type ``t`` (one that Spark knows is not null)."""
+    if isinstance(t, DecimalType):  # 0 with t's scale: the cast can never overflow
+        return F.lit(decimal.Decimal(0).scaleb(-t.scale)).cast(t)
+    if isinstance(t, StringType):
+        return F.lit("")
+    if isinstance(t, BinaryType):
+        return F.lit(bytearray())
+    if isinstance(t, BooleanType):
+        return F.lit(False)
+    if isinstance(t, DateType):
+        return F.lit(dt.date(1970, 1, 1))
+    if isinstance(t, TimestampType | TimestampNTZType):
+        return F.lit(dt.datetime(1970, 1, 1, tzinfo=dt.UTC)).cast(t)
+    return F.lit(0).cast(t)  # the integer and floating point types
+
+
+def spark_paths(spark: SparkSession, store: ObjectStore) -> tuple[str, str]:
+    """For the table root: the path to hand Spark, and the prefix Spark reports in
+    ``_metadata.file_path`` for the files under it."""
+    if isinstance(store, LocalStore):
+        read_root, scheme = "file:" + str(store.root.absolute()), "file"
+    elif isinstance(store, S3Store):
+        read_root = f"s3a://{store.bucket}" + (f"/{store.prefix}" if store.prefix else "")
+        scheme = "s3a"
+    else:
+        raise InvalidArgument(f"read_native cannot read {store.uri}: Spark's Parquet reader "
+                              "reads local and s3a:// paths; use spark.read.format('caslake')")
+    read_root = read_root.rstrip("/")
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        raise InvalidArgument("read_native needs a classic SparkSession (with a JVM); use "
+                              "spark.read.format('caslake') on Spark Connect")
+    conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    try:
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+        path = jvm.org.apache.hadoop.fs.Path(read_root)
+        reported = str(path.getFileSystem(conf).makeQualified(path).toUri().toString())
+    except Exception as e:  # py4j's Py4JJavaError: no FileSystem for the scheme
+        hint = (" (s3a:// needs hadoop-aws and its AWS SDK on Spark's classpath, e.g. "
+                "spark.jars.packages=org.apache.hadoop:hadoop-aws:<Spark's Hadoop version>, "
+                "and fs.s3a.* settings)") if scheme == "s3a" else ""
+        java = getattr(e, "java_exception", None)  # py4j: the JVM's exception, one line
+        detail = str(java.toString()) if java is not None else (
+            (str(e).strip().splitlines() or [type(e).__name__])[0])
+        raise InvalidArgument(f"Spark cannot read {read_root}{hint}: {detail[:300]}; "
+                              "use spark.read.format('caslake') instead") from None
+    return read_root, reported.rstrip("/")
+
+
+def deleted_positions(table: Table, snap: Snapshot, files: Sequence[DataFile]
+                      ) -> dict[str, BitMap]:
+    """Deleted row positions of each file of ``snap`` that has deletions, from the
+    core's merged deletion masks (key ranges need the file's key column values,
+    read through caslake's scan)."""
+    manifest = snap.manifest
+    masks = load_masks(table.store, table.tombstones, manifest.tombstones,
+                       {f.path: f for f in table.io.live_files(snap)},
+                       [f.path for f in files], manifest.schema)
+    by_path = {f.path: f for f in files}
+
+    def positions(item: tuple[str, DeletionMask]) -> tuple[str, BitMap]:
+        path, mask = item
+        f = by_path[path]
+        if not mask.row_groups and not mask.key_ranges:
+            return path, mask.deleted_positions([])
+        md = table.footers.get(table.store, f)
+        group_rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+        keys = _key_values(table, snap, f, sorted(mask.key_columns())) if mask.key_ranges \
+            else None
+        return path, mask.deleted_positions(group_rows, keys)
+
+    items = [(p, m) for p, m in masks.items() if p in by_path]
+    if len(items) <= 1:
+        found = [positions(i) for i in items]
+    else:
+        with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
+            found = list(pool.map(positions, items))
+    return {p: bm for p, bm in found if bm}
+
+
+def _key_values(table: Table, snap: Snapshot, f: DataFile, columns: list[str]) -> pa.Table:
+    """Every row's values of ``columns`` in file ``f``, in file order (no deletions
+    applied), read by caslake's scan of a one-file view of the snapshot."""
+    view = Manifest(table_id="", version=snap.version, parent=None, commit_id="",
+                    created_at_ms=0, operation="read-native", schema=snap.manifest.schema,
+                    files=(f,))
+    values = Scan(MetadataIO(table.store), table.footers, Snapshot(view, snap.key), columns,
+                  None).to_arrow()
+    if values.num_rows != f.row_count:
+        raise CorruptMetadata(f.path, f"read {values.num_rows} rows; the manifest says "
+                              f"{f.row_count}")
+    return values
+
+
+def _deletions_frame(spark: SparkSession, deleted: dict[str, BitMap]) -> DataFrame:
+    """(file path as Spark reports it, row index) for every deleted row."""
+    names = list(deleted)
+    counts = [len(deleted[p]) for p in names]
+    index = np.repeat(np.arange(len(names), dtype=np.int32), counts)
+    rows = np.concatenate([np.asarray(deleted[p].to_array(), dtype=np.int64) for p in names])
+    paths = pa.DictionaryArray.from_arrays(index, pa.array(names, pa.string()))
+    table = pa.table({FILE_PATH: paths.cast(pa.string()), ROW_INDEX: pa.array(rows)})
+    return spark.createDataFrame(table)

@@ -1,0 +1,317 @@
+"""Spark batch writes: one commit per job, abort rules, idempotent (txn) writes.
+
+The driver-side tests call a ``CaslakeWriter``'s ``write``/``commit``/``abort``
+directly, the way Spark does (each in its own worker, on a pickled copy of the
+writer), so a store fault can be injected between them.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import CaseInsensitiveDict
+from pyspark.sql.types import StructType
+
+import caslake
+from caslake.errors import (
+    CommitConflict,
+    CommitOutcomeUnknown,
+    InvalidArgument,
+    TableNotFound,
+    TransientStoreError,
+)
+from caslake.format.keys import POINTER_KEY
+from caslake.spark import CaslakeDataSource, CaslakeWriter
+from caslake.spark.write import CaslakeCommitMessage
+from caslake.store import ObjectStore, open_store
+from caslake.store.faults import Fault, FaultyStore
+from caslake.table.commit import CommitPolicy
+from tests.spark.helpers import SCHEMA, as_df, data_files, ids, referenced_files, rows
+
+pytestmark = [pytest.mark.spark,
+              pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
+              pytest.mark.filterwarnings("ignore:Cannot infer the eval type")]
+
+
+def spark_schema(spark: SparkSession) -> StructType:
+    return as_df(spark, rows(0, 1)).schema
+
+
+def batch_of(lo: int, hi: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pandas(rows(lo, hi).to_pandas(), preserve_index=False)
+
+
+def paths(message: CaslakeCommitMessage) -> set[str]:
+    return {f["path"] for f in message.files}
+
+
+class FaultyWriter(CaslakeWriter):
+    """A writer whose driver-side store can be wrapped in a FaultyStore after Spark's
+    (pickled) copy was taken: ``open_store`` is the one place a writer opens its store."""
+
+    faulty: FaultyStore | None = None
+
+    def open_store(self) -> ObjectStore:
+        return self.faulty if self.faulty is not None else super().open_store()
+
+
+# --- one commit per job; failed jobs leave nothing ---------------------------------
+
+
+def test_failed_task_leaves_no_version_and_no_data_files(spark: SparkSession,
+                                                         tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = caslake.create_table(uri, SCHEMA)
+    table.append(rows(0, 10))
+    before = data_files(uri)
+
+    def failing_write(target: str, known: set[str]) -> None:
+        @F.udf("bigint")
+        def explode_on_77(i: int) -> int:
+            if i == 77:
+                # Fail only once the other task has uploaded its file, so its commit
+                # message reaches the driver and abort must delete that file.
+                deadline = time.monotonic() + 60
+                while not data_files(target) - known and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                time.sleep(0.5)
+                raise ValueError("boom on 77")
+            return i
+
+        df = as_df(spark, rows(0, 100)).repartition(2).withColumn("id", explode_on_77("id"))
+        with pytest.raises(Exception, match="boom on 77"):
+            df.write.format("caslake").mode("append").save(target)
+
+    failing_write(uri, before)
+    assert caslake.open_table(uri).version == 1
+    assert data_files(uri) == before  # the files of the task that succeeded were deleted
+    # No table at all: a failed first write creates nothing.
+    fresh = str(tmp_path / "fresh")
+    failing_write(fresh, set())
+    with pytest.raises(TableNotFound):
+        caslake.open_table(fresh)
+    assert not data_files(fresh)
+
+
+def test_spark_append_racing_python_appender_both_land(spark: SparkSession,
+                                                       tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA)
+    acknowledged: list[int] = []  # ids of Python appends that returned
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def python_appender() -> None:
+        try:
+            t = caslake.open_table(uri)
+            i = 1000
+            while not stop.is_set():
+                t.append(rows(i, i + 1))
+                acknowledged.append(i)
+                i += 1
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=python_appender)
+    thread.start()
+    try:
+        while not acknowledged:
+            time.sleep(0.01)
+        as_df(spark, rows(0, 50)).repartition(2).write.format("caslake").mode("append").save(uri)
+        time.sleep(0.2)  # let the appender commit on top of the Spark commit too
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors
+    history = caslake.open_table(uri).history()
+    spark_commits = [h for h in history if h.params.get("engine") == "spark"]
+    assert len(spark_commits) == 1 and spark_commits[0].summary["added_rows"] == 50
+    spark_version = spark_commits[0].version
+    python_versions = [h.version for h in history if h.operation == "append"
+                       and h.version != spark_version]
+    # The commits really interleaved: Python commits landed before and after Spark's.
+    assert min(python_versions) < spark_version < max(python_versions)
+    assert len(history) == 1 + 1 + len(acknowledged)  # create + Spark + each Python append
+    assert ids(uri) == [*range(50), *acknowledged]
+
+
+# --- save modes and new tables ----------------------------------------------------
+
+
+def test_unsupported_save_modes_name_the_mode(spark: SparkSession, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    df = as_df(spark, rows(0, 3))
+    # PySpark 4.3 refuses these modes for every Python data source before it reaches
+    # ours, with an error that names the mode and the supported ones.
+    for mode, shown in [("errorifexists", "ErrorIfExists"), ("ignore", "Ignore")]:
+        with pytest.raises(AnalysisException, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE") as e:
+            df.write.format("caslake").mode(mode).save(uri)
+        assert f'"{shown}" mode' in str(e.value) and '"Append" or "Overwrite"' in str(e.value)
+    with pytest.raises(TableNotFound):
+        caslake.open_table(uri)
+
+
+def test_append_and_overwrite_create_a_missing_table(spark: SparkSession,
+                                                     tmp_path: Path) -> None:
+    for mode in ("append", "overwrite"):
+        uri = str(tmp_path / mode)
+        as_df(spark, rows(0, 7)).write.format("caslake").mode(mode).save(uri)
+        table = caslake.open_table(uri)
+        assert [h.operation for h in table.history()] == [mode, "create"]
+        assert ids(uri) == list(range(7))
+        assert table.schema.field("ts").type == pa.timestamp("us", tz="UTC")
+
+
+# --- idempotent writes: txnAppId + txnVersion --------------------------------------
+
+
+def test_txn_replay_is_a_noop(spark: SparkSession, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+
+    def write(df_rows: pa.Table, version: int, mode: str = "append") -> None:
+        (as_df(spark, df_rows).repartition(2).write.format("caslake").mode(mode)
+         .option("txnAppId", "nightly-load").option("txnVersion", str(version)).save(uri))
+
+    write(rows(0, 20), 5)
+    table = caslake.open_table(uri)
+    assert table.version == 1 and table.snapshot.manifest.txns == {"nightly-load": 5}
+    files = data_files(uri)
+    write(rows(0, 20), 5)  # the same pair again: a retried job
+    write(rows(100, 120), 3, mode="overwrite")  # a lower version; overwrite obeys it too
+    assert caslake.open_table(uri).version == 1
+    assert ids(uri) == list(range(20))  # not doubled, not replaced
+    assert data_files(uri) == files  # the replays left no data file behind
+    write(rows(20, 30), 6)
+    table = caslake.open_table(uri)
+    assert table.version == 2 and table.snapshot.manifest.txns == {"nightly-load": 6}
+    assert ids(uri) == list(range(30))
+
+
+def test_txn_replay_found_at_commit_deletes_the_task_files(spark: SparkSession,
+                                                           tmp_path: Path) -> None:
+    """Two attempts of one job both pass planning; the second finds the txn at commit
+    time, creates no version and removes the files its tasks wrote."""
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA)
+    schema = spark_schema(spark)
+    first = CaslakeWriter(uri, {}, schema, overwrite=False, txn=("job", 1))
+    second = CaslakeWriter(uri, {}, schema, overwrite=False, txn=("job", 1))
+    m1, m2 = first.write(iter([batch_of(0, 5)])), second.write(iter([batch_of(0, 5)]))
+    assert paths(m1) | paths(m2) <= data_files(uri)
+    pickle.loads(pickle.dumps(first)).commit([m1])
+    pickle.loads(pickle.dumps(second)).commit([m2])
+    table = caslake.open_table(uri)
+    assert table.version == 1 and table.snapshot.manifest.txns == {"job": 1}
+    assert data_files(uri) == paths(m1) == referenced_files(uri)
+    assert ids(uri) == list(range(5))
+
+
+def test_txn_options_are_validated(spark: SparkSession, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    schema = spark_schema(spark)
+
+    def writer(**options: str) -> CaslakeWriter:
+        return CaslakeDataSource(CaseInsensitiveDict(path=uri, **options)).writer(schema, False)
+
+    with pytest.raises(InvalidArgument, match="txnVersion"):
+        writer(txnAppId="app")
+    with pytest.raises(InvalidArgument, match="txnAppId"):
+        writer(txnVersion="3")
+    with pytest.raises(InvalidArgument, match=r"txnVersion.*'three'"):
+        writer(txnAppId="app", txnVersion="three")
+    with pytest.raises(InvalidArgument, match="txnVersion"):
+        writer(txnAppId="app", txnVersion="-1")
+    assert writer(txnappid="app", TXNVERSION="3").txn == ("app", 3)  # options ignore case
+    # Through Spark the typed error reaches the user by name.
+    with pytest.raises(Exception, match=r"InvalidArgument.*txnVersion"):
+        (as_df(spark, rows(0, 3)).write.format("caslake").mode("append")
+         .option("txnAppId", "a").save(uri))
+    with pytest.raises(TableNotFound):
+        caslake.open_table(uri)
+
+
+# --- abort rules -------------------------------------------------------------------
+
+
+def test_abort_after_a_provable_failure_deletes_the_files(spark: SparkSession,
+                                                          tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = caslake.create_table(uri, SCHEMA)
+    table.append(rows(0, 5))
+    writer = CaslakeWriter(uri, {}, spark_schema(spark), overwrite=True)
+    message = writer.write(iter([batch_of(10, 15)]))
+    table.append(rows(5, 6))  # the overwrite's base moved: it must conflict
+    with pytest.raises(CommitConflict):
+        pickle.loads(pickle.dumps(writer)).commit([message])
+    pickle.loads(pickle.dumps(writer)).abort([message])  # Spark's abort, its own copy
+    assert not paths(message) & data_files(uri)
+    assert caslake.open_table(uri).version == 2 and ids(uri) == list(range(6))
+
+
+def _pointer_faults(put_kind: str) -> tuple[Fault, Fault]:
+    """A pointer PUT that fails (``before``: never applied; ``after``: applied, reply
+    lost), then every pointer GET of the settle fails, so the outcome stays unknown."""
+    reads = Fault(frozenset({"get"}), "before", prefix=POINTER_KEY, times=0)  # armed below
+
+    def failed_put(key: str) -> TransientStoreError:
+        reads.times = CommitPolicy().settle_attempts
+        return TransientStoreError(f"injected: pointer PUT reply lost on {key}", key=key)
+
+    put = Fault(frozenset({"put"}), put_kind, prefix=POINTER_KEY, times=1, error=failed_put)
+    return put, reads
+
+
+def _unknown_commit(spark: SparkSession, uri: str, put_kind: str
+                    ) -> tuple[CaslakeWriter, CaslakeCommitMessage, FaultyStore]:
+    writer = FaultyWriter(uri, {}, spark_schema(spark), overwrite=False)
+    spark_copy = pickle.dumps(writer)  # what Spark hands to commit() and abort()
+    message = writer.write(iter([batch_of(0, 5)]))
+    assert paths(message) <= data_files(uri)
+    faulty = FaultyStore(open_store(uri), _pointer_faults(put_kind))
+    committing = pickle.loads(spark_copy)
+    committing.faulty = faulty
+    with pytest.raises(CommitOutcomeUnknown):
+        committing.commit([message])
+    settle = CommitPolicy().settle_attempts
+    expected = {"after": 1, "before": settle} if put_kind == "after" else {"before": 1 + settle}
+    assert faulty.fired_by_kind() == expected  # the faults really fired
+    return pickle.loads(spark_copy), message, faulty
+
+
+def test_abort_after_ambiguous_commit_that_landed_keeps_the_data(spark: SparkSession,
+                                                                 tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA).append(rows(100, 101))
+    aborting, message, _ = _unknown_commit(spark, uri, "after")
+    aborting.abort([message])  # reads the pointer back: our commit id landed
+    table = caslake.open_table(uri)
+    assert table.version == 2 and table.history()[0].params.get("engine") == "spark"
+    assert paths(message) <= data_files(uri)
+    assert ids(uri) == [0, 1, 2, 3, 4, 100]  # visible
+
+
+def test_abort_after_ambiguous_commit_deletes_only_once_provably_lost(
+        spark: SparkSession, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = caslake.create_table(uri, SCHEMA)
+    table.append(rows(100, 101))
+    aborting, message, _ = _unknown_commit(spark, uri, "before")
+    # The PUT never applied, but nothing proves it yet: a delayed write could still land
+    # while the pointer is at the version it expected.  Abort must keep the files.
+    aborting.abort([message])
+    assert paths(message) <= data_files(uri)
+    assert caslake.open_table(uri).version == 1
+    # Another commit takes the version our commit aimed at: ours can never land now.
+    table.append(rows(200, 201))
+    pickle.loads(pickle.dumps(aborting)).abort([message])
+    assert not paths(message) & data_files(uri)
+    assert data_files(uri) == referenced_files(uri)
+    assert ids(uri) == [100, 200]
