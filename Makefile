@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench stress clean install
+.PHONY: demo demo-core test lint typecheck unit bench stress clean install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv with caslake and its dev tools
 
-demo: $(STAMP) ## the main job on a local-filesystem table (no services)
+demo: $(STAMP) ## the main job: a PySpark pipeline on a local-filesystem table (no services)
+	$(PY) -m caslake.spark.demo
+
+demo-core: $(STAMP) ## the same story with the Python API only (no Spark)
 	$(PY) -m caslake.demo
 
 lint: $(STAMP) ## ruff

@@ -1,0 +1,30 @@
+"""`make demo` runs caslake.spark.demo; this runs the same pipeline at a small size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+import caslake
+from caslake.spark import demo
+
+pytestmark = pytest.mark.spark
+
+
+def test_demo_pipeline_end_to_end(spark: SparkSession, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    p = demo.run(tmp_path, rows=8_000, appends=2, stream_rows=2_000, spark=spark)
+    out = capsys.readouterr().out
+    t = caslake.open_table(p.uri)
+    history = [h.operation for h in reversed(t.history())]
+    assert history == ["compact", "expire"]  # gc (retention 0) expired the rest
+    assert t.scan(where=f"user_id = '{p.erased_user}'").count() == 0
+    erasure = p.costs[3]
+    assert erasure.step.startswith("GDPR erasure") and erasure.rows > 0
+    assert t.describe()["rows"] == 10_000 - erasure.rows
+    assert [c.step.split(":")[0] for c in p.costs][:3] == [
+        "batch append 1/2", "batch append 2/2", "streaming micro-batch query"]
+    assert "what each step cost" in out and "pruning" in out
+    assert f"rows of {p.erased_user} left in any Parquet file on storage: 0" in out
