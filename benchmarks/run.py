@@ -5,12 +5,14 @@ from __future__ import annotations
 import sys
 
 from benchmarks import core, deletes
+from benchmarks import spark as spark_bench
 
 
 def main() -> int:
     quick = "--quick" in sys.argv
     core.main(quick=quick)
     deletes.main(quick=quick)
+    spark_bench.main(quick=quick)
     return 0
 
 
