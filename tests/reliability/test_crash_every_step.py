@@ -300,6 +300,15 @@ def tables(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tables]:
 MODES = ["crash", "lost-reply", "fail-before"]
 
 
+def fault_at(mode: str, i: int) -> Fault:
+    """The fault of ``mode`` at store call ``i``: a crash stays dead from call ``i`` on;
+    the others hit call ``i`` only."""
+    if mode == "crash":
+        return Fault(ALL_OPS, "crash", calls=frozenset(range(i, i + DEAD_CALLS)))
+    return Fault(ALL_OPS, "after" if mode == "lost-reply" else "before",
+                 calls=frozenset({i}), error=reset_error)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("op_name", list(OPS))
 def test_fault_at_every_store_call(tables: Tables, op_name: str, mode: str) -> None:
@@ -312,11 +321,7 @@ def test_fault_at_every_store_call(tables: Tables, op_name: str, mode: str) -> N
         new_rows = op.model(model[-1])
         t, store = faulty_table(uri)
         where = f"{op_name}/{tables.kind}/{mode} at call {i} of {n}"
-        if mode == "crash":
-            fault = Fault(ALL_OPS, "crash", calls=frozenset(range(i, i + DEAD_CALLS)))
-        else:
-            fault = Fault(ALL_OPS, "after" if mode == "lost-reply" else "before",
-                          calls=frozenset({i}), error=reset_error)
+        fault = fault_at(mode, i)
         store.faults.append(fault)
         must_be: str | None = None
         commit_id: str | None = None
@@ -409,11 +414,7 @@ def test_gc_fault_at_every_store_call(tables: Tables, mode: str) -> None:
         uri, _ = prepare_gc(tables)
         t, store = faulty_table(uri)
         where = f"gc/{tables.kind}/{mode} at call {i} of {n}"
-        if mode == "crash":
-            fault = Fault(ALL_OPS, "crash", calls=frozenset(range(i, i + DEAD_CALLS)))
-        else:
-            fault = Fault(ALL_OPS, "after" if mode == "lost-reply" else "before",
-                          calls=frozenset({i}), error=reset_error)
+        fault = fault_at(mode, i)
         store.faults.append(fault)
         try:
             _gc(t)
