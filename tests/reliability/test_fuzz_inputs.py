@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import random
 import re
@@ -245,6 +246,15 @@ def _at(obj: Any, path: tuple[Any, ...]) -> Any:
     return obj
 
 
+def _as_float(n: int | float) -> float:
+    """``float(n)``, or the largest float for an int beyond float range (an earlier
+    mutation step can have made the number that large)."""
+    try:
+        return float(n)
+    except OverflowError:
+        return math.copysign(sys.float_info.max, n)
+
+
 def mutate_json(data: st.DataObject, doc: Any) -> Any:
     """1-4 structural mutations at random places of a JSON document."""
     doc = copy.deepcopy(doc)
@@ -270,7 +280,7 @@ def mutate_json(data: st.DataObject, doc: Any) -> Any:
             target[data.draw(st.sampled_from(FIELD_NAMES))] = data.draw(JSON_VALUES)
         elif kind == "number" and isinstance(target, int | float) and not isinstance(target, bool):
             parent[k] = data.draw(st.sampled_from([-target, -1, target + 1, target * 2**40,
-                                                   10**30, -(10**30), float(target), 0.5]))
+                                                   10**30, -(10**30), _as_float(target), 0.5]))
         elif kind == "string" and isinstance(target, str):
             parent[k] = data.draw(st.sampled_from([
                 target + "/..", "/" + target, target[: len(target) // 2], "", target + "\\",
