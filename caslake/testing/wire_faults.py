@@ -71,6 +71,7 @@ class WireFault:
     prefix: str = ""  # object key prefix (after the bucket); a LIST matches on its prefix
     max_delay_s: float = 0.150  # "delay"
     hold_s: float = 1.0  # "late"
+    times: int | None = None  # stop after firing this many times
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -97,6 +98,7 @@ class _State:
     rng: random.Random
     lock: threading.Lock = field(default_factory=threading.Lock)
     fired: dict[str, int] = field(default_factory=dict)
+    fired_by_rule: dict[int, int] = field(default_factory=dict)  # index in ``faults``
     requests: dict[str, int] = field(default_factory=dict)
     connections: threading.BoundedSemaphore = field(
         default_factory=lambda: threading.BoundedSemaphore(256))
@@ -200,7 +202,7 @@ class _Handler(BaseHTTPRequestHandler):
             conn.close()
 
     def _reply(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
-        self.send_response(status)
+        self.send_response_only(status)  # the upstream's own Date and Server pass through
         for k, v in headers:
             self.send_header(k, v)
         if self.command != "HEAD":
@@ -236,11 +238,15 @@ class _Server(ThreadingHTTPServer):
         s = self.state
         with s.lock:
             s.requests[method] = s.requests.get(method, 0) + 1
-            for fault in s.faults:
+            for index, fault in enumerate(s.faults):
                 if method not in fault.methods or not key.startswith(fault.prefix):
+                    continue
+                count = s.fired_by_rule.get(index, 0)
+                if fault.times is not None and count >= fault.times:
                     continue
                 if s.rng.random() >= fault.rate:
                     continue
+                s.fired_by_rule[index] = count + 1
                 s.fired[fault.kind] = s.fired.get(fault.kind, 0) + 1
                 out.append(fault)
                 if fault.kind != "delay":
@@ -294,6 +300,7 @@ class FaultProxy:
         """Replace the rules (e.g. none while a test sets up, the mix during the run)."""
         with self._state.lock:
             self._state.faults = list(faults)
+            self._state.fired_by_rule.clear()
 
     def fired(self) -> dict[str, int]:
         """Faults injected so far, by kind."""
