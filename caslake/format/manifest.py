@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from caslake.errors import CorruptMetadata, UnsupportedFormatVersion
-from caslake.format import FORMAT_VERSION, MAX_INT64
+from caslake.format import BASE_FORMAT_VERSION, FORMAT_VERSION, MAX_INT64
 from caslake.format.keys import (
     DATA_PREFIX,
     MANIFEST_PREFIX,
@@ -140,7 +140,7 @@ class Manifest:
     properties: Mapping[str, str] = field(default_factory=dict)
     txns: Mapping[str, int] = field(default_factory=dict)
     totals: Totals = Totals(0, 0, 0)
-    format_version: int = FORMAT_VERSION
+    format_version: int = BASE_FORMAT_VERSION
     # GC may have deleted the manifests of versions below this one (time travel
     # to them is VersionNotFound); carried forward by every commit.
     oldest_version: int = 0
@@ -179,7 +179,7 @@ class Pointer:
     version: int
     manifest: str
     commit_id: str
-    format_version: int = FORMAT_VERSION
+    format_version: int = BASE_FORMAT_VERSION
 
     def to_bytes(self) -> bytes:
         return json.dumps({
@@ -310,7 +310,13 @@ def _parse_schema(doc: _Doc) -> TableSchema:
         fields.append(Field(fid, name, typ, f.get("nullable", bool)))
     if not fields:
         raise doc.error("schema has no fields")
-    return TableSchema(tuple(fields), schema_id=doc.get("schema_id", int, optional=True, default=0))
+    last = doc.get("last_field_id", int, optional=True, default=0)
+    if last and last < max(ids):
+        raise doc.error("last_field_id is below a field's id")
+    schema_id = doc.get("schema_id", int, optional=True, default=0)
+    if not 0 <= schema_id <= MAX_INT64:
+        raise doc.error("schema_id must be a non-negative 64-bit integer")
+    return TableSchema(tuple(fields), schema_id=schema_id, highest_field_id=last)
 
 
 def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
