@@ -178,6 +178,7 @@ class Hold:
     holder_uri: str
     table_id: str
     target: RefTarget
+    branch: str  # the branch of this table the version was taken from
     created_at_ms: int
     format_version: int = REFS_FORMAT_VERSION
 
@@ -188,7 +189,7 @@ class Hold:
     def to_json(self) -> dict[str, Any]:
         return {"format": HOLD_FORMAT, "format_version": self.format_version,
                 "holder_id": self.holder_id, "holder_uri": self.holder_uri,
-                "table_id": self.table_id, **self.target.to_json(),
+                "table_id": self.table_id, **self.target.to_json(), "branch": self.branch,
                 "created_at": format_ts(self.created_at_ms)}
 
     def to_bytes(self) -> bytes:
@@ -214,6 +215,14 @@ def _ts(doc: _Doc, name: str) -> int:
         raise doc.error(f"field {name!r}: {e}") from None
 
 
+def _branch(doc: _Doc) -> str:
+    branch: str = doc.get("branch", str)
+    try:
+        return validate_ref_name(branch, kind="branch")
+    except InvalidRefName as e:
+        raise doc.error(str(e)) from None
+
+
 def parse_tag(data: bytes, key: str) -> Tag:
     """Parse ``refs/tags/<name>``; its name must be the one the key encodes."""
     doc = _Doc(key, _load_json(data, key))
@@ -221,11 +230,7 @@ def parse_tag(data: bytes, key: str) -> Tag:
     name: str = doc.get("name", str)
     if not key.startswith(TAG_PREFIX) or name_from_key(key, TAG_PREFIX) != name:
         raise doc.error(f"tag name {name!r} does not match its key")
-    branch: str = doc.get("branch", str)
-    try:
-        validate_ref_name(branch, kind="branch")
-    except InvalidRefName as e:
-        raise doc.error(str(e)) from None
+    branch = _branch(doc)
     created = _ts(doc, "created_at")
     dropped = _ts(doc, "dropped_at") if doc.obj.get("dropped_at") is not None else None
     if dropped is not None and dropped < created:
@@ -241,6 +246,6 @@ def parse_hold(data: bytes, key: str) -> Hold:
     if not _HOLD_ID.match(holder_id) or key != hold_key(holder_id):
         raise doc.error("holder_id does not match the hold's key")
     return Hold(holder_id=holder_id, holder_uri=doc.get("holder_uri", str),
-                table_id=doc.get("table_id", str), target=_target(doc),
+                table_id=doc.get("table_id", str), target=_target(doc), branch=_branch(doc),
                 created_at_ms=_ts(doc, "created_at"), format_version=fv)
 

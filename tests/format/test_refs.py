@@ -72,7 +72,7 @@ def test_tag_and_tombstone_round_trip() -> None:
 
 
 def test_hold_round_trip_and_key() -> None:
-    hold = Hold("c" * 32, "s3://b/clone", "t1", TARGET, created_at_ms=5)
+    hold = Hold("c" * 32, "s3://b/clone", "t1", TARGET, "main", created_at_ms=5)
     assert hold.key == hold_key("c" * 32) == "refs/holds/" + "c" * 32 + ".json"
     assert parse_hold(hold.to_bytes(), hold.key) == hold
     with pytest.raises(InvalidRefName):
@@ -118,6 +118,6 @@ def test_newer_ref_format_is_refused() -> None:
 
 
 def test_hold_key_must_match_its_holder() -> None:
-    hold = Hold("c" * 32, "s3://b/clone", "t1", TARGET, created_at_ms=5)
+    hold = Hold("c" * 32, "s3://b/clone", "t1", TARGET, "main", created_at_ms=5)
     with pytest.raises(CorruptMetadata):
         parse_hold(hold.to_bytes(), hold_key("d" * 32))
