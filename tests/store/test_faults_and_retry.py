@@ -9,13 +9,13 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.api import Table
 from caslake.errors import AlreadyExists, CaslakeError, CorruptMetadata, TransientStoreError
 from caslake.format.keys import POINTER_KEY
 from caslake.store import open_store
 from caslake.store.base import IfMatch, PutMode
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash, slowdown_error
 from caslake.store.retry import RetryingStore
-from caslake.table.table import Table
 
 ALL = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
 
