@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 
 from caslake.maintenance.compact import compact
-from caslake.maintenance.gc import DEFAULT_RETENTION, GcReport, collect_garbage
+from caslake.maintenance.gc import GcReport, collect_garbage
 from caslake.table.runner import CommitResult
 from caslake.table.table import HistoryEntry, TableCore
 from caslake.table.write import WriteOptions
@@ -35,7 +35,7 @@ class Table(TableCore):
         return compact(self.context, target_file_size=target_file_size,
                        deleted_fraction=deleted_fraction)
 
-    def gc(self, *, retention: timedelta = DEFAULT_RETENTION, dry_run: bool = False,
+    def gc(self, *, retention: timedelta | None = None, dry_run: bool = False,
            now: datetime | None = None, force: bool = False) -> GcReport:
         """Expire versions older than ``retention`` and delete the objects no retained
         version references (see :mod:`caslake.maintenance.gc`)."""

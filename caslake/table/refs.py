@@ -51,6 +51,7 @@ from caslake.format.refs import (
     validate_ref_name,
 )
 from caslake.store.base import IfMatch, PutMode
+from caslake.table.changes import Changes
 from caslake.table.metadata_io import MetadataIO, Snapshot
 
 _MOVE_ATTEMPTS = 20
@@ -90,8 +91,7 @@ def read_branch(io: MetadataIO, name: str) -> tuple[Pointer, str]:
     (``main`` is the table's pointer: TableNotFound if the table is missing)."""
     key = branch_key(name)
     if key == POINTER_KEY:
-        pointer, etag = io.read_pointer()
-        return pointer, etag
+        return io.read_pointer(POINTER_KEY)
     try:
         res = io.store.get(key)
     except NotFound:
@@ -190,7 +190,7 @@ def ensure_format(io: MetadataIO, version: int = REFS_FORMAT_VERSION) -> None:
     """Make ``_latest_manifest`` carry at least ``version`` (same content otherwise),
     so readers that do not know refs refuse the table before any ref exists."""
     for _ in range(_MOVE_ATTEMPTS):
-        pointer, etag = io.read_pointer()
+        pointer, etag = io.read_pointer(POINTER_KEY)
         if pointer.format_version >= version:
             return
         try:
@@ -369,3 +369,50 @@ def fast_forward(io: MetadataIO, target: str, source: str) -> Snapshot:
             continue  # re-read: done if ours (or an equal move) landed, else re-check
     raise CommitConflict(f"could not fast-forward {target!r}: other writers kept moving it",
                          help="retry later")
+
+
+# --- merge -------------------------------------------------------------------------
+
+# Operations that only add rows (or change nothing): a target whose commits since
+# the fork are all of these can take the source's changes on top.
+_APPEND_ONLY = frozenset({"append", "expire"})
+
+
+def merge_changes(io: MetadataIO, target: str, source: str) -> Callable[[Snapshot], Changes | None]:
+    """The ``prepare`` of a merge of branch ``source`` into ``target``: on each base
+    (a head of ``target``) it finds the fork point, checks every target commit
+    since then only appended (else :class:`BranchDiverged`), and returns the
+    source's changes since the fork -- new data files, removed data files, and its
+    tombstones on files the merged version keeps -- as one commit (None if the
+    source has no change since the fork)."""
+
+    def prepare(base: Snapshot) -> Changes | None:
+        src = branch_head(io, source)
+        fork = common_version(io, base, src)
+        if fork is None:
+            raise BranchDiverged(f"{target!r} and {source!r} share no retained version",
+                                 target=target, source=source)
+        for snap in io.history(base, limit=base.version - fork):
+            if snap.version > fork and snap.manifest.operation not in _APPEND_ONLY:
+                raise BranchDiverged(
+                    f"cannot merge {source!r} into {target!r}: {target!r} version "
+                    f"{snap.version} is a {snap.manifest.operation!r} since the fork at "
+                    f"version {fork} (only appends can be merged over)",
+                    target=target, source=source)
+        if src.version == fork:
+            return None
+        at_fork = io.at_version(src, fork)
+        before = {f.path: f for f in io.live_files(at_fork)}
+        after = {f.path: f for f in io.live_files(src)}
+        added = tuple(f for p, f in after.items() if p not in before)
+        removed = tuple(f for p, f in before.items() if p not in after)
+        old_refs = {t.path for t in at_fork.manifest.tombstones}
+        new_refs = tuple(t for t in src.manifest.tombstones if t.path not in old_refs)
+        was_deleted = base.manifest.deleted_rows_per_file()
+        rows = sum(n - was_deleted.get(p, 0) for t in new_refs for p, n in t.files.items())
+        return Changes("merge", add_files=added, remove_files=removed,
+                       add_tombstones=new_refs, rows_deleted=max(rows, 0),
+                       params={"source": source, "fork_version": str(fork),
+                               "source_version": str(src.version)})
+
+    return prepare

@@ -39,6 +39,7 @@ from caslake.table.changes import check_txn, txn_applied, write_prepare
 from caslake.table.commit import CommitPolicy
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.ref_methods import RefMethods
 from caslake.table.requirements import write_requirements
 from caslake.table.runner import CommitResult, TableContext, noop_result, run_operation
 from caslake.table.scan import FooterCache, Scan
@@ -76,7 +77,7 @@ def _ts_to_ms(as_of: datetime | str | int | float) -> int:
     raise InvalidArgument(f"as_of must be a datetime, ISO string or epoch ms, not {as_of!r}")
 
 
-class TableCore:
+class TableCore(RefMethods):
     def __init__(self, store: ObjectStore, snapshot: Snapshot, *,
                  write_options: WriteOptions | None = None,
                  commit_policy: CommitPolicy | None = None, io: MetadataIO | None = None,
@@ -106,6 +107,10 @@ class TableCore:
         """Create an empty table (version 0).  Raises TableAlreadyExists."""
         store = open_store(uri, storage_options)
         return cls(store, _create(store, schema, properties), write_options=write_options)
+
+    def _handle_for(self, pointer_key: str, snapshot: Snapshot) -> Self:
+        return type(self)(self.store, snapshot, write_options=self.write_options,
+                          commit_policy=self.commit_policy, pointer_key=pointer_key)
 
     # --- state ---------------------------------------------------------------------
 
@@ -186,10 +191,12 @@ class TableCore:
     # --- reads ---------------------------------------------------------------------
 
     def scan(self, columns: Sequence[str] | None = None, where: str | Expr | None = None,
-             version: int | None = None, as_of: datetime | str | int | None = None) -> Scan:
-        """Pin a snapshot (latest, or by version / timestamp) and plan a read of it."""
-        return Scan(self.io, self.footers, self._resolve(version, as_of), columns, where,
-                    self.tombstones)
+             version: int | None = None, as_of: datetime | str | int | None = None, *,
+             ref: str | None = None, tag: str | None = None) -> Scan:
+        """Pin a snapshot (latest, or by version / timestamp; of this handle's branch,
+        of branch ``ref``, or the version tag ``tag`` names) and plan a read of it."""
+        return Scan(self.io, self.footers, self._resolve_ref(version, as_of, ref, tag),
+                    columns, where, self.tombstones)
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
