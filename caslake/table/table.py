@@ -32,10 +32,11 @@ from caslake.errors import (
 from caslake.expr import Expr
 from caslake.format.keys import POINTER_KEY, manifest_key, new_token
 from caslake.format.manifest import Manifest, Pointer, format_ts
+from caslake.format.properties import retention_policy
 from caslake.format.schema import TableSchema
 from caslake.store import open_store
 from caslake.store.base import ObjectStore, PutMode
-from caslake.table.changes import check_txn, txn_applied, write_prepare
+from caslake.table.changes import Changes, check_txn, txn_applied, write_prepare
 from caslake.table.commit import CommitPolicy
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
@@ -276,6 +277,28 @@ class TableCore(RefMethods):
         everything as one version on a clean exit, nothing if the block raises.
         ``read_version``: see :meth:`upsert`."""
         return Transaction(self.context, read_version=read_version)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The table properties of the version this handle last saw."""
+        return dict(self.snapshot.manifest.properties)
+
+    def set_properties(self, updates: dict[str, str]) -> CommitResult:
+        """Set table properties (string keys and values) in one commit.  Properties
+        caslake interprets (``retention.max_age``, ``retention.keep_last_versions``)
+        are checked first: a bad value is InvalidArgument and commits nothing."""
+        if (not isinstance(updates, dict) or not updates
+                or not all(isinstance(k, str) and k and isinstance(v, str)
+                           for k, v in updates.items())):
+            raise InvalidArgument("set_properties needs a non-empty dict of non-empty string "
+                                  f"keys to string values, not {updates!r}")
+        retention_policy(updates)
+        ctx = self.context
+        return run_operation(
+            ctx, "set_properties",
+            lambda base: Changes("set_properties", properties=dict(updates),
+                                 params={k: v for k, v in sorted(updates.items())}),
+            started=ctx.meter())
 
     def describe(self) -> dict[str, Any]:
         snap = self._resolve(None, None)
