@@ -99,7 +99,9 @@ class RefMethods:
         validate_ref_name(source, kind="branch")
         snap = refs.fast_forward(self.context.io, target, source)
         if target == self.ref:
-            self.context.refresh()
+            # No store call after the move: a failing read now would report a
+            # fast-forward that happened as a failure.
+            self.context._set_snapshot(snap)
         return snap.version
 
     def merge(self, source: str, *, into: str = MAIN) -> CommitResult:
@@ -110,11 +112,8 @@ class RefMethods:
         ctx = target.context
         started = ctx.meter()
         refs.branch_head(ctx.io, source)  # RefNotFound before anything else
-        res = run_operation(ctx, "merge", refs.merge_changes(ctx.io, into, source),
-                            started=started)
-        if target is not self and into == self.ref:
-            self.context.refresh()
-        return res
+        return run_operation(ctx, "merge", refs.merge_changes(ctx.io, into, source),
+                             started=started)
 
     # --- reads -----------------------------------------------------------------------
 

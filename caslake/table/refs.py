@@ -23,6 +23,7 @@ from caslake.errors import (
     AlreadyExists,
     BranchDiverged,
     CommitConflict,
+    CommitOutcomeUnknown,
     InvalidArgument,
     NotFound,
     PreconditionFailed,
@@ -55,6 +56,7 @@ from caslake.table.changes import Changes
 from caslake.table.metadata_io import MetadataIO, Snapshot
 
 _MOVE_ATTEMPTS = 20
+_CREATE_ATTEMPTS = 4
 
 
 def _now_ms() -> int:
@@ -81,6 +83,41 @@ class RefInfo:
         if self.holder_uri is not None:
             out["holder_uri"] = self.holder_uri
         return out
+
+
+def create_object(io: MetadataIO, key: str, data: bytes, *, what: str) -> bool:
+    """Create ``key`` with ``data`` create-only, settling a failure whose outcome is
+    unknown by reading the key back: True if the object there now is ours (equal
+    bytes: ref records carry their creation time), False if another one is.  Raises
+    CommitOutcomeUnknown if that cannot be settled."""
+    last: Exception | None = None
+    for _ in range(_CREATE_ATTEMPTS):
+        try:
+            io.store.put(key, data, mode=PutMode.CREATE)
+            return True
+        except AlreadyExists:
+            pass
+        except StoreError as e:  # the create may or may not have applied
+            last = e
+        try:
+            return io.store.get(key).data == data
+        except NotFound:
+            continue  # it did not apply: create again (a late landing is ours too)
+        except StoreError as e:
+            last = e
+    raise CommitOutcomeUnknown(f"could not settle the creation of {what} ({last})",
+                               commit_id=key)
+
+
+def delete_object(io: MetadataIO, key: str) -> None:
+    """Delete ``key``; a missing key is success, so a failure is simply retried."""
+    for attempt in range(_CREATE_ATTEMPTS):
+        try:
+            io.store.delete(key)
+            return
+        except StoreError:
+            if attempt == _CREATE_ATTEMPTS - 1:
+                raise
 
 
 # --- reading ---------------------------------------------------------------------
@@ -213,14 +250,9 @@ def create_tag(io: MetadataIO, name: str, snap: Snapshot, *, branch: str,
     validate_ref_name(name, kind="tag")
     ensure_format(io)
     tag = Tag(name, snap.manifest.table_id, _target_of(snap), branch, now_ms())
-    try:
-        io.store.put(tag_key(name), tag.to_bytes(), mode=PutMode.CREATE)
-    except AlreadyExists:
+    if not create_object(io, tag_key(name), tag.to_bytes(), what=f"tag {name!r}"):
         found = read_tag(io, name)
-        if found is not None and found[0] == tag:
-            return tag  # our own create, retried by the store after a lost reply
-        raise RefAlreadyExists("tag", name, retired=found is not None and found[0].dropped
-                               ) from None
+        raise RefAlreadyExists("tag", name, retired=found is not None and found[0].dropped)
     return tag
 
 
@@ -255,7 +287,7 @@ def fork_snapshot(io: MetadataIO, snap: Snapshot, floor: int) -> Snapshot:
         return snap
     m = replace(snap.manifest, oldest_version=min(floor, snap.version))
     key = manifest_key(m.version, new_token())
-    io.store.put(key, m.to_bytes(), mode=PutMode.CREATE)
+    create_object(io, key, m.to_bytes(), what=f"fork manifest {key}")  # a fresh key: ours
     io.remember(key, m)
     return Snapshot(m, key)
 
@@ -273,13 +305,11 @@ def create_branch(io: MetadataIO, name: str, snap: Snapshot, *, floor: int) -> S
     fork = fork_snapshot(io, snap, floor)
     pointer = Pointer(fork.manifest.table_id, fork.version, fork.key,
                       fork.manifest.commit_id, format_version=REFS_FORMAT_VERSION)
-    try:
-        io.store.put(key, pointer.to_bytes(), mode=PutMode.CREATE)
-    except AlreadyExists:
+    if not create_object(io, key, pointer.to_bytes(), what=f"branch {name!r}"):
         if fork.key != snap.key:
             with contextlib.suppress(StoreError):
                 io.store.delete(fork.key)  # our copy: provably referenced by nothing
-        raise RefAlreadyExists("branch", name) from None
+        raise RefAlreadyExists("branch", name)
     return fork
 
 
@@ -316,7 +346,7 @@ def drop_branch(io: MetadataIO, name: str) -> None:
     holders = holders_of(io, name)
     if holders:
         raise RefInUse("branch", name, holders)
-    io.store.delete(branch_key(name))
+    delete_object(io, branch_key(name))
 
 
 def common_version(io: MetadataIO, a: Snapshot, b: Snapshot) -> int | None:

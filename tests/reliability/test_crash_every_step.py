@@ -53,7 +53,7 @@ import pytest
 
 import caslake
 from caslake.api import CommitResult, Table
-from caslake.errors import CaslakeError, CommitOutcomeUnknown
+from caslake.errors import CaslakeError, CommitOutcomeUnknown, RefAlreadyExists, RefNotFound
 from caslake.format.keys import MANIFEST_PREFIX, data_file_key
 from caslake.maintenance.verify import verify_table
 from caslake.store import ObjectStore, open_store
@@ -429,3 +429,138 @@ def test_gc_fault_at_every_store_call(tables: Tables, mode: str) -> None:
         label = f"{outcome}->{check_after_gc(uri, where)}"
         outcomes[label] = outcomes.get(label, 0) + 1
     print(f"\ngc [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+
+
+# --- refs: branch, tag, fast-forward, drop -------------------------------------------
+
+
+@dataclass(frozen=True)
+class RefOp:
+    setup: Callable[[Table], None]  # on the base table, before the fault run
+    run: Callable[[Table], object]
+    state: Callable[[Table, list[list[Row]]], str]  # "old" or "new" (asserts the rest)
+
+
+def _ff_setup(t: Table) -> None:
+    t.create_branch("audit").append(arrow(rows(7000, 7100)))
+
+
+def _ff_state(t: Table, model: list[list[Row]]) -> str:
+    audit_rows = model[-1] + rows(7000, 7100)
+    assert same_rows(t.branch("audit"), audit_rows)
+    if t.version == len(model) - 1:
+        assert same_rows(t, model[-1])
+        return "old"
+    assert t.version == len(model) and same_rows(t, audit_rows)
+    return "new"
+
+
+def _branch_state(t: Table, model: list[list[Row]]) -> str:
+    assert same_rows(t, model[-1]) and t.version == len(model) - 1
+    try:
+        b = t.branch("b")
+    except RefNotFound:
+        return "old"
+    assert b.version == 2 and same_rows(b, model[2])
+    return "new"
+
+
+def _tag_state(t: Table, model: list[list[Row]]) -> str:
+    assert same_rows(t, model[-1]) and t.version == len(model) - 1
+    try:
+        scan = t.scan(tag="t")
+    except RefNotFound:
+        state = "old"
+    else:
+        got = scan.to_arrow().sort_by("id")
+        assert got.equals(arrow(sorted(model[1], key=lambda r: r[0])))
+        state = "new"
+    return state
+
+
+def _dropped_tag_state(t: Table, model: list[list[Row]]) -> str:
+    state = "new" if _tag_state(t, model) == "old" else "old"
+    if state == "new":
+        with pytest.raises(RefAlreadyExists):
+            t.create_tag("t", version=1)  # the name stays retired
+    return state
+
+
+REF_OPS: dict[str, RefOp] = {
+    "fast_forward": RefOp(_ff_setup, lambda t: t.fast_forward("main", source="audit"),
+                          _ff_state),
+    "create_branch": RefOp(lambda t: None, lambda t: t.create_branch("b", from_version=2),
+                           _branch_state),
+    "drop_branch": RefOp(lambda t: t.create_branch("b", from_version=2),
+                         lambda t: t.drop_branch("b"),
+                         lambda t, m: "new" if _branch_state(t, m) == "old" else "old"),
+    "create_tag": RefOp(lambda t: None, lambda t: t.create_tag("t", version=1), _tag_state),
+    "drop_tag": RefOp(lambda t: t.create_tag("t", version=1), lambda t: t.drop_tag("t"),
+                      _dropped_tag_state),
+}
+
+
+def prepare_ref(tables: Tables, op: RefOp) -> tuple[str, list[list[Row]]]:
+    uri, model, _, _ = prepare(tables)
+    op.setup(caslake.open_table(uri))
+    return uri, model
+
+
+def check_after_ref(uri: str, op: RefOp, model: list[list[Row]], where: str) -> str:
+    """Old or new ref state, nothing in between; every ref reads; verify passes; a
+    later commit works; gc a month later keeps every ref readable."""
+    t = caslake.open_table(uri)
+    state = op.state(t, model)
+    report = verify_table(open_store(uri), deep=True, all_versions=True)
+    assert report.ok, f"{where}: verify found {report.problems}"
+    later = caslake.open_table(uri)
+    later.commit_policy = FAST
+    expected = later.scan().to_arrow().num_rows + 10
+    later.append(arrow(rows(9000, 9010)))
+    later.gc(now=datetime.now(UTC) + GC_LATER)
+    t = caslake.open_table(uri)
+    assert t.scan().to_arrow().num_rows == expected, where
+    for ref in t.list_refs():
+        if ref.kind == "branch":
+            t.branch(ref.name).scan().to_arrow()
+        elif ref.kind == "tag":
+            t.scan(tag=ref.name).to_arrow()
+    return state
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("op_name", list(REF_OPS))
+def test_ref_op_fault_at_every_store_call(tables: Tables, op_name: str, mode: str) -> None:
+    op = REF_OPS[op_name]
+    uri, model = prepare_ref(tables, op)
+    t, store = faulty_table(uri)
+    start = store.calls
+    op.run(t)
+    n = store.calls - start
+    assert op.state(caslake.open_table(uri), model) == "new"
+    assert n >= 2, f"{op_name} made only {n} store calls"
+    outcomes: dict[str, int] = {}
+    for i in range(1, n + 1):
+        uri, model = prepare_ref(tables, op)
+        t, store = faulty_table(uri)
+        where = f"{op_name}/{tables.kind}/{mode} at call {i} of {n}"
+        fault = fault_at(mode, i)
+        store.faults.append(fault)
+        must_be: str | None = None
+        try:
+            op.run(t)
+            outcome, must_be = "ok", "new"
+        except SimulatedCrash:
+            assert mode == "crash", where
+            outcome = "crash"
+        except CaslakeError as e:
+            assert mode != "crash", where
+            outcome = type(e).__name__
+            if not isinstance(e, CommitOutcomeUnknown):
+                must_be = "old"
+        assert fault.fired >= 1, f"{where}: the fault did not fire"
+        state = check_after_ref(uri, op, model, where)
+        assert must_be is None or state == must_be, f"{where}: {outcome} but {state}"
+        label = f"{outcome}->{state}"
+        outcomes[label] = outcomes.get(label, 0) + 1
+    print(f"\n{op_name} [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
