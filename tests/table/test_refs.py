@@ -40,7 +40,12 @@ def verify(t: caslake.Table):  # type: ignore[no-untyped-def]
 
 
 def ids(t: caslake.Table, **kw: object) -> list[int]:
-    return sorted(t.scan(**kw).to_arrow().column("id").to_pylist())  # type: ignore[arg-type]
+    """The ids ``t``'s branch reads, through a fresh handle (cold caches, as
+    another process would read)."""
+    fresh = caslake.open_table(t.uri)
+    if t.ref != "main":
+        fresh = fresh.branch(t.ref)
+    return sorted(fresh.scan(**kw).to_arrow().column("id").to_pylist())  # type: ignore[arg-type]
 
 
 def objects(uri: str) -> dict[str, str]:
