@@ -9,8 +9,9 @@ dead* for ``older_than``, measured from:
 
 * its newest object (a write still uploading keeps its generation young), and
 * the moment it was superseded: the first commit (a ``_COMMITTED`` marker or
-  the current ``manifest.json``) after its own ``_COMMITTED`` marker, or,
-  without a marker, after its newest object.  A commit time that cannot be
+  the current ``manifest.json``) at or after its own ``_COMMITTED`` marker, or,
+  without a marker, at or after its newest object.  Object times on S3 have
+  one-second resolution, so this can be early by under a second.  A commit time that cannot be
   placed counts as "now", so the rule only errs towards keeping.
 
 If the manifest moves while vacuum plans, it plans again; a dataset whose
@@ -77,7 +78,7 @@ def _plan(store: ObjectStore, key: str, older_than: timedelta, now: datetime
     by_rel = {m.key[len(key) + 1:]: m for m in objects}
     referenced: set[str] = set()
     etag: str | None = None
-    commit_times: list[datetime] = []
+    commit_times: list[tuple[datetime, str]] = []  # (when, the object that dates it)
     if MANIFEST in by_rel:
         try:
             got = store.get(f"{key}/{MANIFEST}")
@@ -90,14 +91,14 @@ def _plan(store: ObjectStore, key: str, older_than: timedelta, now: datetime
             return f"damaged manifest: {exc}"
         etag = got.etag
         referenced = set(manifest.parts)
-        commit_times.append(_time(by_rel[MANIFEST]))
+        commit_times.append((_time(by_rel[MANIFEST]), MANIFEST))
     groups: dict[str, list[tuple[str, ObjectMeta]]] = {}
     for rel, m in by_rel.items():
         head, _, rest = rel.partition("/")
         if rest and is_generation(head):
             groups.setdefault(head, []).append((rel, m))
             if rest == COMMITTED:
-                commit_times.append(_time(m))
+                commit_times.append((_time(m), rel))
         elif not rest and is_legacy_part(rel):
             groups.setdefault(_LEGACY, []).append((rel, m))
     delete: list[ObjectMeta] = []
@@ -113,8 +114,10 @@ def _plan(store: ObjectStore, key: str, older_than: timedelta, now: datetime
             else:
                 newest = max(_time(x) for _, x in members)
                 start = _time(marker) if marker is not None else newest
-                later = [t for t in commit_times
-                         if (t > start if marker is not None else t >= start)]
+                # ">=": stores date objects to the second (S3), so a later commit
+                # can carry the same time as this generation's own marker.
+                later = [t for t, what in commit_times
+                         if t >= start and what != f"{name}/{COMMITTED}"]
                 superseded = min(later) if later else (now if marker is not None else newest)
                 dead_since = max(newest, superseded)
             (delete if now - dead_since >= older_than else young).append(m)
