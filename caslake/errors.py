@@ -195,3 +195,10 @@ class ManifestCorrupted(CorruptMetadata):
     def __init__(self, key: str, reason: str, *, part: str | None = None) -> None:
         super().__init__(key, reason)
         self.part = part
+
+
+# --- optional extras --------------------------------------------------------------
+
+
+class MissingDependency(CaslakeError):
+    """An optional extra is not installed; the message says what to install."""
