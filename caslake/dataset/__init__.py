@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from caslake.dataset.manifest import DatasetManifest, schema_hash
 from caslake.dataset.read import ReadPlan
-from caslake.dataset.store import ParquetDatasetStore
+from caslake.dataset.store import ParquetDatasetStore, WriteIntent
 from caslake.dataset.vacuum import VacuumReport
 from caslake.errors import (
     DatasetAlreadyExists,
@@ -37,5 +37,6 @@ __all__ = [
     "ParquetDatasetStore",
     "ReadPlan",
     "VacuumReport",
+    "WriteIntent",
     "schema_hash",
 ]

@@ -14,6 +14,7 @@ mapping between Dagster contexts and dataset keys.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -50,7 +51,7 @@ class DatasetIOManager(ConfigurableIOManager):  # type: ignore[misc]
                                    compression=self.compression,
                                    max_rows_per_file=self.max_rows_per_file)
 
-    def _base(self, path: list[str]) -> str:
+    def _base(self, path: Sequence[str]) -> str:
         parts = [p for p in self.prefix.split("/") if p] + [_segment(p) for p in path]
         return "/".join(parts)
 

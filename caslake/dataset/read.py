@@ -38,7 +38,14 @@ from caslake.errors import (
     PreconditionFailed,
     UnknownColumn,
 )
-from caslake.expr import Expr, compile_where, might_match, referenced_columns, to_arrow
+from caslake.expr import (
+    BoundExpr,
+    Expr,
+    compile_where,
+    might_match,
+    referenced_columns,
+    to_arrow,
+)
 from caslake.format.stats import row_group_stats
 from caslake.store.base import ObjectStore
 
@@ -233,7 +240,8 @@ class ReadPlan:
 
 
 def plan_read(store: ObjectStore, resolved: Resolved, columns: Sequence[str] | None,
-              where: str | Expr | None, *, verify: bool) -> tuple[ReadPlan, Any]:
+              where: str | Expr | None, *, verify: bool
+              ) -> tuple[ReadPlan, BoundExpr | None]:
     """Open every part's footer, check them (``verify``), prune by ``where``."""
     files = _map(store, lambda p: open_part(store, resolved.dataset_key, p, whole=False),
                  resolved.parts)
@@ -243,15 +251,11 @@ def plan_read(store: ObjectStore, resolved: Resolved, columns: Sequence[str] | N
     names = check_columns(schema, columns)
     bound = compile_where(where, schema)
     plan = ReadPlan(resolved.dataset_key, pa.schema([schema.field(n) for n in names]), names)
-    types = {f.name: f.type for f in schema}
     for part, pf in zip(resolved.parts, files, strict=True):
         md = pf.metadata
         plan.parts_total += 1
         plan.row_groups_total += md.num_row_groups
-        keep = list(range(md.num_row_groups))
-        if bound is not None:
-            keep = [rg for rg in keep if might_match(bound, row_group_stats(md, rg, types),
-                                                     md.row_group(rg).num_rows)]
+        keep = prune_row_groups(pf, bound)
         plan.row_groups_pruned += md.num_row_groups - len(keep)
         if not keep:
             plan.parts_pruned += 1
@@ -260,23 +264,43 @@ def plan_read(store: ObjectStore, resolved: Resolved, columns: Sequence[str] | N
     return plan, bound
 
 
-def stream(plan: ReadPlan, bound: Any) -> Iterator[pa.RecordBatch]:
-    """The rows of a plan, one row group at a time (bounded memory)."""
-    needed = list(plan.columns)
+def prune_row_groups(pf: pq.ParquetFile, bound: BoundExpr | None) -> list[int]:
+    """The row groups of a part whose footer statistics do not rule ``bound`` out."""
+    md = pf.metadata
+    groups = list(range(md.num_row_groups))
+    if bound is None:
+        return groups
+    types = {f.name: f.type for f in pf.schema_arrow}
+    return [rg for rg in groups if might_match(bound, row_group_stats(md, rg, types),
+                                               md.row_group(rg).num_rows)]
+
+
+def part_batches(dataset_key: str, part: ResolvedPart, pf: pq.ParquetFile,
+                 groups: Sequence[int], columns: Sequence[str], bound: BoundExpr | None,
+                 schema: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of ``groups`` of one part, filtered exactly by ``bound``, projected to
+    ``columns`` (and cast to ``schema``), one row group at a time (bounded memory)."""
+    needed = list(columns)
     if bound is not None:
         needed += [c for c in sorted(referenced_columns(bound.source)) if c not in needed]
     expr = to_arrow(bound) if bound is not None else None
+    for rg in groups:
+        try:
+            t = pf.read_row_group(rg, columns=needed)
+        except (NotFound, FileNotFoundError, PreconditionFailed, OSError,
+                pa.ArrowException) as exc:
+            raise _part_error(dataset_key, part, exc) from None
+        if expr is not None:
+            t = t.filter(expr)
+        t = t.select(list(columns))
+        yield from (t.cast(schema) if schema is not None else t).to_batches()
+
+
+def stream(plan: ReadPlan, bound: BoundExpr | None) -> Iterator[pa.RecordBatch]:
+    """The rows of a plan, part by part, row group by row group."""
     for part, pf, groups in plan.units:
-        for rg in groups:
-            try:
-                t = pf.read_row_group(rg, columns=needed)
-            except (NotFound, FileNotFoundError, PreconditionFailed, OSError,
-                    pa.ArrowException) as exc:
-                raise _part_error(plan.dataset_key, part, exc) from None
-            if expr is not None:
-                t = t.filter(expr)
-            t = t.select(plan.columns)
-            yield from t.cast(plan.schema).to_batches()
+        yield from part_batches(plan.dataset_key, part, pf, groups, plan.columns, bound,
+                                plan.schema)
 
 
 def read_whole(store: ObjectStore, resolved: Resolved, columns: Sequence[str] | None, *,

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pyarrow as pa
 
@@ -58,7 +58,7 @@ from caslake.errors import (
     PreconditionFailed,
     StoreError,
 )
-from caslake.expr import Expr
+from caslake.expr import BoundExpr, Expr
 from caslake.store import open_store
 from caslake.store.base import IfMatch, Mode, ObjectStore, PutMode
 from caslake.store.keys import check_key
@@ -82,6 +82,17 @@ def _check_dataset_key(dataset_key: object) -> str:
     if not isinstance(dataset_key, str):
         raise InvalidArgument(f"dataset_key must be a string, got {type(dataset_key).__name__}")
     return check_key(dataset_key.strip("/") or dataset_key)
+
+
+@dataclass(frozen=True)
+class WriteIntent:
+    """A write between :meth:`ParquetDatasetStore.begin_write` and ``commit_write``
+    (plain values: picklable, e.g. for Spark tasks)."""
+
+    dataset_key: str
+    generation: str  # the directory, under the key, that holds this write's parts
+    expected_etag: str | None  # the manifest this write replaces; None: create-only
+    overwrite: bool
 
 
 class ParquetDatasetStore:
@@ -153,31 +164,54 @@ class ParquetDatasetStore:
                 and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
             raise InvalidArgument("metadata must be a dict of strings to strings")
         schema, batches = batch_stream(table)
-        expected = self._current_etag(key)
-        if expected is not None and not overwrite:
-            raise self._already_exists(key)
-        generation = new_generation()
+        intent = self.begin_write(key, overwrite=overwrite)
         uploaded: list[str] = []
         layout = PartLayout(self._compression, self._row_group_size, self._max_rows_per_file,
                             self._max_bytes_per_file)
         try:
-            parts = write_parts(self._store, key, generation, schema, batches, layout, uploaded)
+            parts = write_parts(self._store, key, intent.generation, schema, batches, layout,
+                                uploaded)
         except Exception:
-            # Nothing references these parts: remove what landed (best effort;
-            # vacuum collects the rest).
-            for k in uploaded:
-                with contextlib.suppress(StoreError):
-                    self._store.delete(k)
+            self._remove(uploaded)  # nothing references them
             raise
+        return self.commit_write(intent, [(p.name, p.rows) for p in parts], schema_hash(schema),
+                                 run_id=run_id, metadata=metadata, uploaded=uploaded)
+
+    def begin_write(self, dataset_key: str, *, overwrite: bool) -> WriteIntent:
+        """Phase one of a (possibly distributed) write: note the manifest this write
+        replaces and pick its generation.  Raises DatasetAlreadyExists without
+        ``overwrite`` when there is a dataset.  Parts go under
+        ``{dataset_key}/{intent.generation}/``."""
+        key = _check_dataset_key(dataset_key)
+        expected = self._current_etag(key)
+        if expected is not None and not overwrite:
+            raise self._already_exists(key)
+        return WriteIntent(key, new_generation(), expected, overwrite)
+
+    def commit_write(self, intent: WriteIntent, parts: Sequence[tuple[str, int]],
+                     schema_digest: str, *, run_id: str | None = None,
+                     metadata: dict[str, str] | None = None,
+                     uploaded: Sequence[str] = ()) -> DatasetManifest:
+        """Phase two: commit the uploaded ``parts`` (relative names and row counts, in
+        order) with one conditional write of the manifest.  ``uploaded`` keys are
+        deleted if the commit provably lost."""
+        if not parts:
+            raise InvalidArgument("a dataset needs at least one part")
         manifest = DatasetManifest(
-            dataset_key=key, parts=[p.name for p in parts],
-            row_count=sum(p.rows for p in parts), schema_hash=schema_hash(schema),
+            dataset_key=intent.dataset_key, parts=[name for name, _ in parts],
+            row_count=sum(rows for _, rows in parts), schema_hash=schema_digest,
             compression=self._compression,
             created_at_utc=datetime.now(UTC).isoformat(), run_id=run_id,
             metadata=dict(metadata) if metadata is not None else None)
-        self._commit(key, manifest, expected, overwrite=overwrite, generation=generation,
-                     uploaded=uploaded)
+        self._commit(intent.dataset_key, manifest, intent.expected_etag,
+                     overwrite=intent.overwrite, generation=intent.generation,
+                     uploaded=list(uploaded))
         return manifest
+
+    def _remove(self, keys: Iterable[str]) -> None:
+        for k in keys:
+            with contextlib.suppress(StoreError):
+                self._store.delete(k)
 
     def _current_etag(self, key: str) -> str | None:
         try:
@@ -199,10 +233,7 @@ class ParquetDatasetStore:
         mode: Mode = PutMode.CREATE if expected is None else IfMatch(expected)
 
         def lost(reason: str) -> Exception:
-            # The commit provably did not land: our parts can go.
-            for k in uploaded:
-                with contextlib.suppress(StoreError):
-                    self._store.delete(k)
+            self._remove(uploaded)  # the commit provably did not land: our parts can go
             if expected is None and not overwrite:
                 return self._already_exists(key)
             return DatasetConflict(f"dataset {key!r}: {reason}",
@@ -290,7 +321,8 @@ class ParquetDatasetStore:
         return pa.RecordBatchReader.from_batches(plan.schema, stream(plan, bound))
 
     def plan_read(self, dataset_key: str, columns: Sequence[str] | None = None, *,
-                  filter: str | Expr | None = None, verify: bool = True) -> tuple[ReadPlan, Any]:
+                  filter: str | Expr | None = None, verify: bool = True
+                  ) -> tuple[ReadPlan, BoundExpr | None]:
         """What :meth:`read_batches` would read (``plan.describe()`` for humans)."""
         key = _check_dataset_key(dataset_key)
         resolved = resolve(self._store, key, verify=verify)
