@@ -101,7 +101,7 @@ class _PartBuilder:
         self.sink = pa.OSFile(self.path, "wb")
         codec: Any = layout.compression  # validated by ParquetDatasetStore
         self.writer = pq.ParquetWriter(self.sink, schema, compression=codec,
-                                       write_statistics=True, write_page_checksum=True)
+                                       write_statistics=True)
         self.rows = 0
         self.size = 0
 
