@@ -271,9 +271,14 @@ class ParquetDatasetStore:
                     break
                 now = None if current is None else current.etag
                 if now != expected:
+                    # Our conditional PUT can no longer apply: provably lost.
                     raise lost("another writer moved it while this write ran") from exc
                 if attempt == COMMIT_ATTEMPTS:
-                    raise lost(f"the manifest write kept failing ({exc})") from exc
+                    # A delayed copy of our PUT may still apply: keep the parts.
+                    raise CommitOutcomeUnknown(
+                        f"dataset {key!r}: the manifest write kept failing ({exc}) and may "
+                        "still apply; read the dataset before writing again",
+                        commit_id=generation) from exc
         # Committed.  The marker makes it readable for RFC readers; re-sending an
         # empty object is idempotent.
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
