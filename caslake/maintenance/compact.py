@@ -33,7 +33,7 @@ from caslake.table.changes import Changes
 from caslake.table.commit import commit_with_retry
 from caslake.table.delete import touched_since
 from caslake.table.metadata_io import Snapshot
-from caslake.table.scan import Scan
+from caslake.table.scan import Scan, SnapshotSubset
 from caslake.table.write import write_data_files
 
 if TYPE_CHECKING:
@@ -119,8 +119,8 @@ def compact(table: Table, *, target_file_size: int | None = None,
 def _rewrite(table: Table, plan: CompactionPlan, target: int) -> tuple[DataFile, ...]:
     if not plan.rewrite:
         return ()
-    scan = Scan(table.io, table.footers, plan.base, None, None, table.tombstones,
-                only_files=[f.path for f in plan.rewrite])
+    scan = Scan(table.io, table.footers, SnapshotSubset.of(plan.base, plan.rewrite), None, None,
+                table.tombstones)
     options = table.write_options
     if options.target_file_size != target:
         options = replace(options, target_file_size=target)
