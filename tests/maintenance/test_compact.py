@@ -14,6 +14,7 @@ from caslake.errors import CaslakeError, InvalidArgument, PreconditionFailed
 from caslake.maintenance.verify import verify_table
 from caslake.store.faults import Fault, FaultyStore
 from caslake.table.table import Table
+from tests.sample_data import live_ids as ids
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
 
@@ -21,10 +22,6 @@ SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
 def rows(lo: int, hi: int) -> pa.Table:
     return pa.table({"id": list(range(lo, hi)), "v": [f"v{i % 97}" for i in range(lo, hi)]},
                     schema=SCHEMA)
-
-
-def ids(t: Table, **kw: object) -> list[int]:
-    return sorted(t.scan(**kw).to_arrow().column("id").to_pylist())  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=["memory", "local", pytest.param("s3", marks=pytest.mark.s3)])
