@@ -336,6 +336,8 @@ def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
         sdoc = doc.child(f"stats[{sk}]", sv)
         fid: int = _guard(sdoc, partial(int, sk))
         if fid not in by_id:
+            if 1 <= fid <= schema.last_field_id:
+                continue  # a dropped column's statistics: nothing reads them
             raise sdoc.error(f"field id {fid} is not in the schema")
         # Values are only type-checked as JSON scalars here; they are decoded (and a
         # bad one reported as CorruptMetadata) when a predicate prunes on them.

@@ -36,6 +36,7 @@ from caslake.format.properties import retention_policy
 from caslake.format.schema import TableSchema
 from caslake.store import open_store
 from caslake.store.base import ObjectStore, PutMode
+from caslake.table import refs
 from caslake.table.changes import Changes, check_txn, txn_applied, write_prepare
 from caslake.table.commit import CommitPolicy
 from caslake.table.deletion_mask import TombstoneCache
@@ -45,6 +46,7 @@ from caslake.table.ref_methods import RefMethods
 from caslake.table.requirements import write_requirements
 from caslake.table.runner import CommitResult, TableContext, noop_result, run_operation
 from caslake.table.scan import Scan
+from caslake.table.schema_update import SchemaUpdate, align_input, with_schema
 from caslake.table.transaction import Transaction
 from caslake.table.write import WriteOptions, as_reader, write_data_files
 
@@ -218,9 +220,22 @@ class TableCore(RefMethods):
     # --- writes --------------------------------------------------------------------
 
     def append(self, data: Any, *, txn: tuple[str, int] | None = None,
-               params: dict[str, str] | None = None) -> CommitResult:
-        """Write ``data`` as new data files and commit them as exactly one new version."""
-        return self._write("append", data, remove_all=False, txn=txn, params=params)
+               params: dict[str, str] | None = None,
+               schema_mode: str | None = None) -> CommitResult:
+        """Write ``data`` as new data files and commit them as exactly one new version.
+
+        Columns match the table by name, and a column renamed since the data was
+        read matches by its field id.  Columns the table lacks are refused
+        (SchemaMismatch naming them) unless ``schema_mode="merge"``, which adds
+        them (nullable) in the same commit."""
+        return self._write("append", data, remove_all=False, txn=txn, params=params,
+                           schema_mode=schema_mode)
+
+    def update_schema(self) -> SchemaUpdate:
+        """A builder of schema changes that commits once: ``.add_column(name, type)``,
+        ``.rename_column(old, new)``, ``.drop_column(name)``, ``.widen_column(name,
+        type)``, ``.make_nullable(name)``, then ``.commit()``."""
+        return SchemaUpdate(self.context)
 
     def overwrite(self, data: Any, *, txn: tuple[str, int] | None = None,
                   params: dict[str, str] | None = None) -> CommitResult:
@@ -231,7 +246,8 @@ class TableCore(RefMethods):
         return self._write("overwrite", data, remove_all=True, txn=txn, params=params)
 
     def _write(self, operation: str, data: Any, *, remove_all: bool,
-               txn: tuple[str, int] | None, params: dict[str, str] | None) -> CommitResult:
+               txn: tuple[str, int] | None, params: dict[str, str] | None,
+               schema_mode: str | None = None) -> CommitResult:
         ctx = self.context
         started = ctx.meter()
         if txn is not None:
@@ -240,12 +256,16 @@ class TableCore(RefMethods):
         if txn_applied(start.manifest.txns, txn):
             return noop_result(ctx, operation, start, started=started)
         schema = start.manifest.schema
-        files = write_data_files(self.store, as_reader(data), schema, self.write_options)
-        if not files and not remove_all:
+        reader, merged = align_input(as_reader(data), schema, schema_mode)
+        if merged is not None:
+            refs.ensure_format(ctx.io)  # a schema change: format 2
+        files = write_data_files(self.store, reader, merged or schema, self.write_options)
+        if not files and not remove_all and merged is None:
             return noop_result(ctx, operation, start, started=started, commit_id="")
+        prepare = write_prepare(operation, files, remove_all=remove_all, txn=txn,
+                                params=params)
         return run_operation(
-            ctx, operation, write_prepare(operation, files, remove_all=remove_all, txn=txn,
-                                          params=params),
+            ctx, operation, lambda base: with_schema(prepare(base), merged),
             requirements=write_requirements(operation, schema, txn=txn,
                                             base_version=start.version if remove_all else None),
             started=started)

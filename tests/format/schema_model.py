@@ -86,17 +86,21 @@ class SchemaModel:
         return sorted((tuple(r[n] for n in self.names) for r in self.rows), key=repr)
 
 
-def valid_changes(model: SchemaModel) -> st.SearchStrategy[SchemaChange]:
-    """One change that is valid for ``model`` (drawn freshly for each state)."""
-    names = model.names
+def valid_changes(model: SchemaModel, protected: frozenset[str] = frozenset()
+                  ) -> st.SearchStrategy[SchemaChange]:
+    """One change that is valid for ``model`` (drawn freshly for each state), never
+    touching the ``protected`` columns."""
+    names = [n for n in model.names if n not in protected]
     free = [n for n in NAMES if n not in names]
     options: list[st.SearchStrategy[SchemaChange]] = []
     if free:
         options.append(st.builds(AddColumn, st.sampled_from(free), st.sampled_from(TYPES)))
-        options.append(st.builds(RenameColumn, st.sampled_from(names), st.sampled_from(free)))
-    if len(names) > 1:
+        if names:
+            options.append(st.builds(RenameColumn, st.sampled_from(names),
+                                     st.sampled_from(free)))
+    if names and len(model.names) > 1:
         options.append(st.builds(DropColumn, st.sampled_from(names)))
-    widenable = [(n, t) for n, t in model.columns if t in WIDER]
+    widenable = [(n, t) for n, t in model.columns if t in WIDER and n not in protected]
     if widenable:
         options.append(st.sampled_from(widenable).flatmap(
             lambda nt: st.builds(WidenColumn, st.just(nt[0]), st.sampled_from(WIDER[nt[1]]))))
