@@ -28,6 +28,7 @@ from caslake.format.keys import (
     MANIFEST_PREFIX,
     TOMBSTONE_PREFIX,
     check_relative_key,
+    valid_alias,
 )
 from caslake.format.schema import Field, TableSchema, type_from_str
 
@@ -122,6 +123,19 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class ExternalTable:
+    """Another table whose objects this one references (a zero-copy clone's source):
+    its location, its id, and the hold this table keeps on it (format version 2)."""
+
+    uri: str
+    table_id: str
+    hold: str  # key of our hold record under that table's root
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uri": self.uri, "table_id": self.table_id, "hold": self.hold}
+
+
+@dataclass(frozen=True)
 class Manifest:
     table_id: str
     version: int
@@ -144,6 +158,8 @@ class Manifest:
     # GC may have deleted the manifests of versions below this one (time travel
     # to them is VersionNotFound); carried forward by every commit.
     oldest_version: int = 0
+    # Tables whose objects ``data/x=<alias>/...`` keys name (clones); carried forward.
+    external: Mapping[str, ExternalTable] = field(default_factory=dict)
 
     def deleted_rows_per_file(self) -> dict[str, int]:
         """Rows the tombstones delete in each data file that has any (one live
@@ -171,6 +187,8 @@ class Manifest:
             "txns": dict(self.txns),
             "totals": self.totals.to_json(),
             "oldest_version": self.oldest_version,
+            **({"external": {a: e.to_json() for a, e in sorted(self.external.items())}}
+               if self.external else {}),
             "ancestors": [a.to_json() for a in self.ancestors],
             "segments": [s.to_json() for s in self.segments],
             "removed": sorted(self.removed),
@@ -425,6 +443,15 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         raise doc.error("only version 0 may lack a parent")
     if any(a.version >= version for a in ancestors) or any(s.version >= version for s in segments):
         raise doc.error("ancestors and segments must be older than the manifest")
+    external: dict[str, ExternalTable] = {}
+    for alias, raw in doc.get("external", dict, optional=True, default={}).items():
+        edoc = doc.child(f"external[{alias!r}]", raw)
+        if not valid_alias(alias):
+            raise edoc.error("an external alias is 1-16 lowercase letters or digits")
+        hold = edoc.get("hold", str)
+        if check_relative_key(hold, prefix="refs/holds/"):
+            raise edoc.error(f"hold {hold!r} is not a hold key")
+        external[alias] = ExternalTable(edoc.get("uri", str), edoc.get("table_id", str), hold)
     t = doc.child("totals", doc.get("totals", dict))
     oldest = doc.get("oldest_version", int, optional=True, default=0)
     if not 0 <= oldest <= version:
@@ -441,4 +468,4 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         txns=doc.string_map("txns", int),
         totals=Totals(t.nonneg("files"), t.nonneg("rows"), t.nonneg("bytes"),
                       t.get("deleted_rows", int, optional=True, default=0)),
-        format_version=fv, oldest_version=oldest)
+        format_version=fv, oldest_version=oldest, external=external)

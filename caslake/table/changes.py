@@ -227,5 +227,6 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
         operation_params=dict(changes.params), summary=summary,
         properties={**bm.properties, **(changes.properties or {})},
         txns=txns, totals=totals,
-        oldest_version=max(bm.oldest_version, changes.oldest_version or 0))
+        oldest_version=max(bm.oldest_version, changes.oldest_version or 0),
+        external=bm.external, format_version=bm.format_version)
     return manifest_key(version, token), manifest

@@ -38,6 +38,7 @@ from caslake.store import open_store
 from caslake.store.base import ObjectStore, PutMode
 from caslake.table import refs
 from caslake.table.changes import Changes, check_txn, txn_applied, write_prepare
+from caslake.table.clone import with_externals
 from caslake.table.commit import CommitPolicy
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.footers import FooterCache
@@ -100,8 +101,12 @@ class TableCore(RefMethods):
     @classmethod
     def open(cls, uri: str, *, storage_options: dict[str, str] | None = None,
              write_options: WriteOptions | None = None) -> Self:
-        """Open an existing table at its latest version.  Raises TableNotFound."""
-        return cls.load(open_store(uri, storage_options), write_options=write_options)
+        """Open an existing table at its latest version.  Raises TableNotFound.  A
+        clone's store also reads the objects it references in its source."""
+        store = open_store(uri, storage_options)
+        head = MetadataIO(store).latest()
+        return cls.load(with_externals(store, head.manifest, storage_options),
+                        write_options=write_options)
 
     @classmethod
     def create(cls, uri: str, schema: pa.Schema, *,
