@@ -75,7 +75,7 @@ def test_the_clone_reads_after_the_source_is_compacted_and_gcd_many_times(source
     assert ids(target) == list(range(100))
 
 
-def test_after_the_clone_is_dropped_the_source_gc_reclaims_the_shared_files(source, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_after_the_clone_is_dropped_the_source_gc_reclaims_shared_files(source, tmp_path) -> None:  # type: ignore[no-untyped-def]
     target = str(tmp_path / "clone")
     caslake.clone(source, target)
     shared = {k for k in objects(source) if k.startswith(("data/", "tombstone/"))}
