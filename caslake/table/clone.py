@@ -89,7 +89,8 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
     m = snap.manifest
     clone_id = new_token()
     now = int(time.time() * 1000)
-    # Aliases: the source's own objects, then each table the source references.
+    # Aliases: the source's own objects, then each table the source references
+    # (a clone of a clone holds the original owner of every file).
     owners: dict[str, tuple[str, str, RefTarget]] = {
         "s0": (src_store.uri, m.table_id, RefTarget(snap.version, snap.key, m.commit_id))}
     aliases: dict[str, str] = {}
@@ -98,17 +99,12 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
         # The source's own hold there names the version the source references.
         held = _read_hold(open_store(ext.uri, storage_options), ext.hold)
         owners[f"s{i}"] = (ext.uri, ext.table_id, held.target)
-    # 1. Holds first (create-only, under each owner): from here on, no owner's gc
-    #    deletes what the clone will reference.
-    external: dict[str, ExternalTable] = {}
-    for alias, (uri, table_id, target_ref) in owners.items():
-        owner_io = MetadataIO(open_store(uri, storage_options))
-        refs.ensure_format(owner_io)
-        hold = Hold(clone_id, target.uri, table_id, target_ref,
-                    branch if alias == "s0" and tag is None else MAIN, now)
-        refs.create_object(owner_io, hold.key, hold.to_bytes(), what=f"hold on {uri}")
-        external[alias] = ExternalTable(uri, table_id, hold.key)
-    # 2. Version 0 of the clone: the source version's files and tombstones, re-keyed.
+    holds = {alias: hold_key(clone_id) for alias in owners}
+    external = {alias: ExternalTable(uri, table_id, holds[alias])
+                for alias, (uri, table_id, _) in owners.items()}
+    # 1. Version 0 of the clone, create-only: the source version's files and
+    #    tombstones, re-keyed.  It names the holds before they exist, so a drop of a
+    #    clone that crashed before its pointer still finds (and releases) them.
     files = tuple(DataFile(_rekey(f.path, "s0", aliases), f.size, f.etag, f.row_count,
                            f.row_group_count, f.footer_size, f.stats, f.footer_crc32)
                   for f in src_io.live_files(snap))
@@ -124,9 +120,19 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
         totals=Totals(m.totals.files, m.totals.rows, m.totals.bytes, m.totals.deleted_rows),
         format_version=REFS_FORMAT_VERSION, external=external)
     key = manifest_key(0, new_token())
-    refs.create_object(MetadataIO(target), key, manifest.to_bytes(), what="clone manifest")
+    target_io = MetadataIO(target)
+    refs.create_object(target_io, key, manifest.to_bytes(), what="clone manifest")
+    # 2. Holds, create-only, under each owner: from here on no owner's gc deletes
+    #    what the clone references.
+    for alias, (uri, table_id, target_ref) in owners.items():
+        owner_io = MetadataIO(open_store(uri, storage_options))
+        refs.ensure_format(owner_io)
+        hold = Hold(clone_id, target.uri, table_id, target_ref,
+                    branch if alias == "s0" and tag is None else MAIN, now)
+        refs.create_object(owner_io, hold.key, hold.to_bytes(), what=f"hold on {uri}")
+    # 3. The pointer: the clone exists.
     pointer = Pointer(clone_id, 0, key, commit_id, format_version=REFS_FORMAT_VERSION)
-    if not refs.create_object(MetadataIO(target), POINTER_KEY, pointer.to_bytes(),
+    if not refs.create_object(target_io, POINTER_KEY, pointer.to_bytes(),
                               what="clone pointer"):
         _release(external, storage_options, clone_id)
         raise TableAlreadyExists(f"a table already exists at {target.uri}")

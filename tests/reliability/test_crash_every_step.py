@@ -42,6 +42,7 @@ second gc leaves exactly the referenced objects (what the fault left is gone).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -53,13 +54,21 @@ import pytest
 
 import caslake
 from caslake.api import CommitResult, Table
-from caslake.errors import CaslakeError, CommitOutcomeUnknown, RefAlreadyExists, RefNotFound
+from caslake.errors import (
+    CaslakeError,
+    CommitOutcomeUnknown,
+    RefAlreadyExists,
+    RefNotFound,
+    TableNotFound,
+)
 from caslake.format.keys import MANIFEST_PREFIX, data_file_key
+from caslake.format.refs import HOLD_PREFIX
 from caslake.maintenance.verify import verify_table
 from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash, reset_error
 from caslake.store.memory import forget_memory_space
+from caslake.table import clone as clone_module
 from caslake.table.commit import CommitPolicy
 from caslake.table.metadata_io import MetadataIO
 
@@ -564,3 +573,114 @@ def test_ref_op_fault_at_every_store_call(tables: Tables, op_name: str, mode: st
         label = f"{outcome}->{state}"
         outcomes[label] = outcomes.get(label, 0) + 1
     print(f"\n{op_name} [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+
+
+# --- clone and drop_table: faults in every store call, across both tables -------------
+
+
+def _faulty_opener(fault: Fault | None, counter: list[int]) -> Callable[..., ObjectStore]:
+    """``open_store`` for the clone module: every store shares one fault (its call
+    count runs across the source's and the target's calls) and one call counter."""
+
+    def opener(uri: str, options: dict[str, str] | None = None) -> ObjectStore:
+        store = FaultyStore(open_store(uri, options), [fault] if fault else [])
+        original = store._pick
+
+        def pick(op: str, key: str) -> Fault | None:
+            counter[0] += 1
+            return original(op, key)
+
+        store._pick = pick  # type: ignore[method-assign]
+        return store
+
+    return opener
+
+
+def _holds(uri: str) -> list[str]:
+    return [m.key for m in open_store(uri).list(HOLD_PREFIX)]
+
+
+def _check_clone_after(src: str, target: str, model: list[list[Row]], where: str) -> str:
+    """The clone exists and reads the source's rows, or it does not exist; either
+    way the source is unchanged and, after drop_table, holds nothing."""
+    src_t = caslake.open_table(src)
+    assert same_rows(src_t, model[-1]), where
+    assert verify_table(open_store(src), deep=True, all_versions=True).ok, where
+    try:
+        c = caslake.open_table(target)
+    except TableNotFound:
+        state = "old"
+    else:
+        state = "new"
+        assert same_rows(c, model[-1]), where
+        src_t.gc(now=datetime.now(UTC) + GC_LATER)  # the hold keeps the clone readable
+        assert same_rows(caslake.open_table(target), model[-1]), where
+    with contextlib.suppress(TableNotFound):
+        caslake.drop_table(target)
+    assert not _holds(src), f"{where}: a hold was left behind"
+    return state
+
+
+def _run_with_faults(tables: Tables, mode: str, run: Callable[[str, str], object],
+                     setup: Callable[[str, str], None], name: str) -> None:
+    uri, model, _, _ = prepare(tables)
+    counter = [0]
+    setup(uri, uri + "-c")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(clone_module, "open_store", _faulty_opener(None, counter))
+        run(uri, uri + "-c")
+    n = counter[0]
+    assert n >= 5, f"{name} made only {n} store calls"
+    outcomes: dict[str, int] = {}
+    for i in range(1, n + 1):
+        uri, model, _, _ = prepare(tables)
+        target = uri + "-c"
+        setup(uri, target)
+        where = f"{name}/{tables.kind}/{mode} at call {i} of {n}"
+        fault = fault_at(mode, i)
+        must_be: str | None = None
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(clone_module, "open_store", _faulty_opener(fault, [0]))
+            try:
+                run(uri, target)
+                outcome, must_be = "ok", "done"
+            except SimulatedCrash:
+                assert mode == "crash", where
+                outcome = "crash"
+            except CaslakeError as e:
+                assert mode != "crash", where
+                outcome = type(e).__name__
+        assert fault.fired >= 1, f"{where}: the fault did not fire"
+        if name == "clone":
+            state = _check_clone_after(uri, target, model, where)
+            assert must_be is None or state == "new", where
+        else:  # drop_table: finishing the drop must always be possible
+            with contextlib.suppress(TableNotFound):
+                caslake.drop_table(target)
+            state = "dropped"
+            with pytest.raises(TableNotFound):
+                caslake.open_table(target)
+            assert not _holds(uri), f"{where}: a hold was left behind"
+            assert same_rows(caslake.open_table(uri), model[-1]), where
+        label = f"{outcome}->{state}"
+        outcomes[label] = outcomes.get(label, 0) + 1
+    print(f"\n{name} [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+
+
+@pytest.fixture(params=["local"])
+def local_tables(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tables]:
+    t = Tables(str(request.param), tmp_path)
+    yield t
+    t.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_clone_fault_at_every_store_call(local_tables: Tables, mode: str) -> None:
+    _run_with_faults(local_tables, mode, lambda s, t: clone_module.clone(s, t),
+                     lambda s, t: None, "clone")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_drop_table_fault_at_every_store_call(local_tables: Tables, mode: str) -> None:
+    _run_with_faults(local_tables, mode, lambda s, t: clone_module.drop_table(t),
+                     lambda s, t: clone_module.clone(s, t) and None, "drop_table")
