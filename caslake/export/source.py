@@ -1,0 +1,105 @@
+"""What an export reads from caslake: one snapshot's files, grouped as caslake stores
+them, and the exact row positions each file's tombstones delete.
+
+Owns: resolving a version to a snapshot, grouping its live files by the
+segment (immutable earlier manifest) they come from, so an exporter can reuse
+its own output for unchanged groups, and turning deletion masks (row groups,
+key ranges, positions) into plain row positions.  Never writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pyroaring import BitMap
+
+from caslake.errors import CorruptMetadata
+from caslake.format.manifest import DataFile, TombstoneRef
+from caslake.table.deletion_mask import load_masks
+from caslake.table.metadata_io import Snapshot
+from caslake.table.scan import POSITION, Scan
+from caslake.table.table import Table
+
+
+@dataclass(frozen=True)
+class FileGroup:
+    """Live files that come from one caslake segment (``segment`` is the earlier
+    manifest's key) or, with ``segment`` None, the snapshot's own inline list."""
+
+    segment: str | None
+    files: tuple[DataFile, ...]
+
+
+@dataclass(frozen=True)
+class ExportSource:
+    table: Table
+    snapshot: Snapshot
+    groups: tuple[FileGroup, ...]
+
+    @property
+    def version(self) -> int:
+        return self.snapshot.version
+
+    @property
+    def tombstones(self) -> tuple[TombstoneRef, ...]:
+        return self.snapshot.manifest.tombstones
+
+    def files(self) -> list[DataFile]:
+        return [f for g in self.groups for f in g.files]
+
+    def location(self, key: str) -> str:
+        """The absolute URI of a table object (what other formats store)."""
+        return f"{self.table.uri.rstrip('/')}/{key}"
+
+    def deleted_positions(self, paths: Iterable[str]) -> dict[str, BitMap]:
+        """For each of ``paths`` with deletes: every row position deleted in it,
+        merged over all tombstones (whole row groups and key ranges resolved by
+        reading the file the way a caslake scan does)."""
+        files = {f.path: f for f in self.files()}
+        manifest = self.snapshot.manifest
+        masks = load_masks(self.table.store, self.table.tombstones, manifest.tombstones,
+                           files, paths, manifest.schema)
+        out: dict[str, BitMap] = {}
+        needs_scan: list[str] = []
+        for path, mask in masks.items():
+            if mask.row_groups or mask.key_ranges:
+                needs_scan.append(path)
+            elif mask.positions:
+                out[path] = BitMap(mask.positions)
+        if needs_scan:
+            out.update(self._positions_by_scan(needs_scan, files))
+        return out
+
+    def _positions_by_scan(self, paths: Sequence[str], files: dict[str, DataFile]
+                           ) -> dict[str, BitMap]:
+        first = self.snapshot.manifest.schema.names[:1]
+        scan = Scan(self.table.io, self.table.footers, self.snapshot, first, None,
+                    self.table.tombstones, only_files=paths)
+        alive: dict[str, BitMap] = {p: BitMap() for p in paths}
+        for task, rows in scan.matching_rows():
+            alive[task.file.path].update(rows.column(POSITION).to_numpy())
+        out = {}
+        for p in paths:
+            dead = BitMap(range(files[p].row_count)) - alive[p]
+            if dead:
+                out[p] = dead
+        return out
+
+
+def load_source(table: Table, version: int | None) -> ExportSource:
+    """The snapshot at ``version`` (latest if None) and its files, by segment."""
+    snap = table._resolve(version, None)
+    m = snap.manifest
+    groups = []
+    for ref, seg in zip(m.segments, table.io.load_manifests(s.manifest for s in m.segments),
+                        strict=True):
+        if seg.version != ref.version or len(seg.files) != ref.file_count:
+            raise CorruptMetadata(snap.key, f"segment {ref.manifest} does not match its "
+                                  "reference (version or file count)")
+        live = tuple(f for f in seg.files if f.path not in m.removed)
+        if live:
+            groups.append(FileGroup(ref.manifest, live))
+    if m.files:
+        groups.append(FileGroup(None, tuple(m.files)))
+    return ExportSource(table, snap, tuple(groups))
