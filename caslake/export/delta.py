@@ -34,11 +34,10 @@ from pyroaring import BitMap64
 
 from caslake.errors import AlreadyExists, CommitConflict, CorruptMetadata, InvalidArgument
 from caslake.export.result import ExportResult, Writer
-from caslake.export.source import ExportSource, load_source
+from caslake.export.source import ExportSource, TableHandle, load_source
 from caslake.export.types import delta_schema, delta_stat, delta_type
 from caslake.format.manifest import DataFile
 from caslake.store.base import ObjectStore
-from caslake.table.table import Table
 
 LOG_PREFIX = "_delta_log/"
 DV_PREFIX = "dv"
@@ -156,13 +155,13 @@ class DeltaExport:
         dvs = self._write_dvs(self.src.deleted_positions(p for p in changed if p in tags),
                               writer)
         out: list[dict[str, Any]] = []
-        for path, add in state.adds.items():
+        for path, old in state.adds.items():
             if path not in files or path in changed:
-                remove = {"path": path, "deletionTimestamp": now, "dataChange": True,
+                remove: dict[str, Any] = {"path": path, "deletionTimestamp": now, "dataChange": True,
                           "extendedFileMetadata": True, "partitionValues": {},
-                          "size": add.get("size")}
-                if add.get("deletionVector"):
-                    remove["deletionVector"] = add["deletionVector"]
+                          "size": old.get("size")}
+                if old.get("deletionVector"):
+                    remove["deletionVector"] = old["deletionVector"]
                 out.append({"remove": remove})
         for path in changed:
             f = files[path]
@@ -215,7 +214,7 @@ class DeltaExport:
         return b"".join(json.dumps(a, separators=(",", ":")).encode() + b"\n" for a in lines)
 
 
-def export_delta(table: Table, version: int | None = None) -> ExportResult:
+def export_delta(table: TableHandle, version: int | None = None) -> ExportResult:
     """Append one Delta commit to ``<table>/_delta_log/`` making the Delta table show
     ``version`` (latest if None).  See the module docstring."""
     source = load_source(table, version)
@@ -226,7 +225,7 @@ def export_delta(table: Table, version: int | None = None) -> ExportResult:
         if state.exported:
             last = max(state.exported)
             if source.version in state.exported or source.version == last:
-                return ExportResult("delta", source.version, table.uri, noop=True)
+                return ExportResult("delta", source.version, table.store.uri, noop=True)
             if source.version < last:
                 raise InvalidArgument(f"version {source.version} is older than the latest "
                                       f"Delta export (version {last}); exports only move "
@@ -237,6 +236,6 @@ def export_delta(table: Table, version: int | None = None) -> ExportResult:
             writer.put(commit_key(state.next_version), body)
         except AlreadyExists:
             continue  # another exporter took this Delta version: replay and diff again
-        return writer.result("delta", source.version, table.uri)
+        return writer.result("delta", source.version, table.store.uri)
     raise CommitConflict(f"gave up after {ATTEMPTS} attempts: other exporters kept taking "
                          "the next Delta version")

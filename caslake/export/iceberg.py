@@ -45,12 +45,11 @@ import pyarrow.parquet as pq
 from caslake.errors import CorruptMetadata, InvalidArgument, NotFound
 from caslake.export import iceberg_avro as avro
 from caslake.export.result import ExportResult, Writer
-from caslake.export.source import ExportSource, FileGroup, load_source
+from caslake.export.source import ExportSource, FileGroup, TableHandle, load_source
 from caslake.export.types import iceberg_bound, iceberg_schema
 from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.store.base import ObjectStore
-from caslake.table.table import Table
 
 METADATA_PREFIX = "metadata/"
 HINT_KEY = "metadata/version-hint.text"
@@ -345,7 +344,7 @@ class IcebergExport:
             "last-partition-id": 999, "default-sort-order-id": 0,
             "sort-orders": [{"order-id": 0, "fields": []}],
             "properties": {"caslake.table-id": m.table_id, "caslake.version": str(m.version),
-                           "caslake.source": self.src.table.uri},
+                           "caslake.source": self.src.table.store.uri},
             "current-snapshot-id": self.snapshot_id,
             "refs": {"main": {"snapshot-id": self.snapshot_id, "type": "branch"}},
             "snapshots": snapshots,
@@ -387,7 +386,7 @@ def _uuid_hex(table_id: str) -> str:
     return h[:32] if len(h) >= 32 else hashlib.sha256(table_id.encode()).hexdigest()[:32]
 
 
-def export_iceberg(table: Table, version: int | None = None,
+def export_iceberg(table: TableHandle, version: int | None = None,
                    out: str | ObjectStore | None = None,
                    storage_options: dict[str, str] | None = None) -> ExportResult:
     """Write Iceberg v2 metadata for ``version`` (latest if None) of ``table`` under

@@ -11,15 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from pyroaring import BitMap
 
 from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile, TombstoneRef
-from caslake.table.deletion_mask import load_masks
-from caslake.table.metadata_io import Snapshot
-from caslake.table.scan import POSITION, Scan
-from caslake.table.table import Table
+from caslake.store.base import ObjectStore
+from caslake.table.deletion_mask import TombstoneCache, load_masks
+from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.scan import POSITION, FooterCache, Scan
+
+
+class TableHandle(Protocol):
+    """What an export needs of a table handle (a ``Table`` or its context)."""
+
+    store: ObjectStore
+    io: MetadataIO
+    footers: FooterCache
+    tombstones: TombstoneCache
 
 
 @dataclass(frozen=True)
@@ -33,7 +43,7 @@ class FileGroup:
 
 @dataclass(frozen=True)
 class ExportSource:
-    table: Table
+    table: TableHandle
     snapshot: Snapshot
     groups: tuple[FileGroup, ...]
 
@@ -50,7 +60,7 @@ class ExportSource:
 
     def location(self, key: str) -> str:
         """The absolute URI of a table object (what other formats store)."""
-        return f"{self.table.uri.rstrip('/')}/{key}"
+        return f"{self.table.store.uri.rstrip('/')}/{key}"
 
     def deleted_positions(self, paths: Iterable[str]) -> dict[str, BitMap]:
         """For each of ``paths`` with deletes: every row position deleted in it,
@@ -87,9 +97,10 @@ class ExportSource:
         return out
 
 
-def load_source(table: Table, version: int | None) -> ExportSource:
+def load_source(table: TableHandle, version: int | None) -> ExportSource:
     """The snapshot at ``version`` (latest if None) and its files, by segment."""
-    snap = table._resolve(version, None)
+    head = table.io.latest()
+    snap = head if version is None else table.io.at_version(head, version)
     m = snap.manifest
     groups = []
     for ref, seg in zip(m.segments, table.io.load_manifests(s.manifest for s in m.segments),

@@ -38,6 +38,7 @@ from caslake.table.transaction import Transaction
 from caslake.table.write import WriteOptions, as_reader, write_data_files
 
 if TYPE_CHECKING:
+    from caslake.export.result import ExportResult
     from caslake.maintenance.gc import GcReport
 
 
@@ -257,6 +258,19 @@ class Table:
         from caslake.maintenance.gc import collect_garbage
 
         return collect_garbage(self, retention=retention, dry_run=dry_run, now=now, force=force)
+
+    def export_iceberg(self, version: int | None = None, out: str | None = None,
+                       storage_options: dict[str, str] | None = None) -> ExportResult:
+        """Write Iceberg v2 metadata for ``version`` (see :mod:`caslake.export.iceberg`)."""
+        from caslake.export.iceberg import export_iceberg
+
+        return export_iceberg(self, version, out, storage_options)
+
+    def export_delta(self, version: int | None = None) -> ExportResult:
+        """Append a Delta commit showing ``version`` (see :mod:`caslake.export.delta`)."""
+        from caslake.export.delta import export_delta
+
+        return export_delta(self, version)
 
     def describe(self) -> dict[str, Any]:
         snap = self._resolve(None, None)
