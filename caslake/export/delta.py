@@ -157,9 +157,9 @@ class DeltaExport:
         out: list[dict[str, Any]] = []
         for path, old in state.adds.items():
             if path not in files or path in changed:
-                remove: dict[str, Any] = {"path": path, "deletionTimestamp": now, "dataChange": True,
-                          "extendedFileMetadata": True, "partitionValues": {},
-                          "size": old.get("size")}
+                remove: dict[str, Any] = {
+                    "path": path, "deletionTimestamp": now, "dataChange": True,
+                    "extendedFileMetadata": True, "partitionValues": {}, "size": old.get("size")}
                 if old.get("deletionVector"):
                     remove["deletionVector"] = old["deletionVector"]
                 out.append({"remove": remove})

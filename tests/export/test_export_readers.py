@@ -73,7 +73,7 @@ def test_exporting_an_older_version_then_newer_ones(tmp_path: Path) -> None:
     for _, op in ops[:4]:
         op()
     r2 = t.export_iceberg(version=2)
-    d2 = t.export_delta(version=2)
+    t.export_delta(version=2)
     same(pyiceberg_rows(r2.location, SCHEMA), caslake_rows(t, 2), "iceberg v2")
     same(deltalake_rows(str(tmp_path / "t"), SCHEMA), caslake_rows(t, 2), "delta v2")
     assert t.export_iceberg(version=2).noop and t.export_delta(version=2).noop
