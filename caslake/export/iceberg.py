@@ -142,7 +142,8 @@ def _read_previous(store: ObjectStore, root: str) -> _Previous | None:
 
 
 def _group_hash(group: FileGroup) -> str:
-    h = hashlib.sha256((group.segment or "inline").encode())
+    """By content only: an inline list that later becomes a segment keeps its hash."""
+    h = hashlib.sha256()
     for f in group.files:
         h.update(b"\n" + f.path.encode() + b"\0" + f.etag.encode())
     return h.hexdigest()[:32]
@@ -165,7 +166,12 @@ class IcebergExport:
 
     # --- data manifests ------------------------------------------------------------
 
-    def _data_entry(self, f: DataFile, column_sizes: dict[int, int]) -> dict[str, Any]:
+    def _entry(self, data_file: dict[str, Any], sequence: int) -> dict[str, Any]:
+        return {"status": avro.STATUS_ADDED, "snapshot_id": self.snapshot_id,
+                "sequence_number": sequence, "file_sequence_number": sequence,
+                "data_file": data_file}
+
+    def _data_file(self, f: DataFile, column_sizes: dict[int, int]) -> dict[str, Any]:
         nulls = {fid: s["nulls"] for fid, s in f.stats.items() if "nulls" in s}
         by_id = self.schema.by_id()
         lower, upper = {}, {}
@@ -177,18 +183,15 @@ class IcebergExport:
             if lo is not None and hi is not None:
                 lower[fid], upper[fid] = lo, hi
         return {
-            "status": avro.STATUS_ADDED, "snapshot_id": self.snapshot_id,
-            "sequence_number": DATA_SEQUENCE, "file_sequence_number": DATA_SEQUENCE,
-            "data_file": {
-                "content": avro.CONTENT_DATA, "file_path": self.src.location(f.path),
-                "file_format": "PARQUET", "partition": {}, "record_count": f.row_count,
-                "file_size_in_bytes": f.size,
-                "column_sizes": avro.int_map(column_sizes),
-                "value_counts": avro.int_map({fl.id: f.row_count for fl in self.schema.fields}),
-                "null_value_counts": avro.int_map(nulls), "nan_value_counts": None,
-                "lower_bounds": avro.int_map(lower), "upper_bounds": avro.int_map(upper),
-                "key_metadata": None, "split_offsets": None, "equality_ids": None,
-                "sort_order_id": None, "referenced_data_file": None}}
+            "content": avro.CONTENT_DATA, "file_path": self.src.location(f.path),
+            "file_format": "PARQUET", "partition": {}, "record_count": f.row_count,
+            "file_size_in_bytes": f.size,
+            "column_sizes": avro.int_map(column_sizes),
+            "value_counts": avro.int_map({fl.id: f.row_count for fl in self.schema.fields}),
+            "null_value_counts": avro.int_map(nulls), "nan_value_counts": None,
+            "lower_bounds": avro.int_map(lower), "upper_bounds": avro.int_map(upper),
+            "key_metadata": None, "split_offsets": None, "equality_ids": None,
+            "sort_order_id": None, "referenced_data_file": None}
 
     def _column_sizes(self, files: list[DataFile]) -> list[dict[int, int]]:
         ids = {f.name: f.id for f in self.schema.fields}
@@ -211,10 +214,14 @@ class IcebergExport:
         with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
             return list(pool.map(sizes, files))
 
-    def _write_group(self, group: FileGroup, digest: str) -> dict[str, Any]:
+    def _write_group(self, group: FileGroup, digest: str,
+                     known: dict[str, dict[str, Any]]) -> dict[str, Any]:
         files = list(group.files)
-        entries = [self._data_entry(f, cs)
-                   for f, cs in zip(files, self._column_sizes(files), strict=True)]
+        fresh = [f for f in files if self.src.location(f.path) not in known]
+        sizes = dict(zip((f.path for f in fresh), self._column_sizes(fresh), strict=True))
+        entries = [self._entry(self._data_file(f, sizes[f.path]) if f.path in sizes
+                               else known[self.src.location(f.path)], DATA_SEQUENCE)
+                   for f in files]
         key = f"{METADATA_PREFIX}m-{digest}-{new_token()[:8]}.avro"
         data = avro.write_manifest(entries, schema_json=self.schema_json, content="data")
         self.writer.put(key, data)
@@ -233,21 +240,35 @@ class IcebergExport:
                 "partitions": None, "key_metadata": None}
 
     def data_manifests(self, prev: _Previous | None) -> tuple[list[dict[str, Any]], int]:
+        groups = [(g, _group_hash(g)) for g in self.src.groups]
+        old = prev.data_manifests if prev else {}
+        known = self._known_entries([r for d, r in old.items()
+                                     if d not in {h for _, h in groups}])
         out, reused = [], 0
-        for group in self.src.groups:
-            digest = _group_hash(group)
-            old = prev.data_manifests.get(digest) if prev else None
-            if old is not None:
-                out.append(old)
+        for group, digest in groups:
+            if digest in old:
+                out.append(old[digest])
                 reused += 1
             else:
-                out.append(self._write_group(group, digest))
+                out.append(self._write_group(group, digest, known))
         return out, reused
+
+    def _known_entries(self, records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """data_file records (by data file URI) of previous manifests that are not
+        reused: a file moving between groups keeps its metrics without a footer read."""
+        out: dict[str, dict[str, Any]] = {}
+        for rec in records:
+            key = _key_of(rec["manifest_path"], self.root)
+            for e in avro.read_records(self.store.get(key).data, key):
+                out[e["data_file"]["file_path"]] = e["data_file"]
+        return out
 
     # --- deletes ---------------------------------------------------------------------
 
-    def _delete_file(self, ref: TombstoneRef, tomb_id: str) -> dict[str, Any]:
+    def _delete_file(self, ref: TombstoneRef, tomb_id: str) -> dict[str, Any] | None:
         positions = self.src.deleted_positions(ref.files)
+        if not positions:
+            return None
         paths, pos = [], []
         for p in sorted(positions, key=self.src.location):
             bm = positions[p]
@@ -261,24 +282,20 @@ class IcebergExport:
         key = f"{METADATA_PREFIX}deletes/{tomb_id}-{new_token()[:8]}.parquet"
         self.writer.put(key, data)
         targets = sorted({self.src.location(p) for p in positions})
-        lower = {FILE_PATH_ID: targets[0].encode(), POS_ID: min(pos).to_bytes(8, "little")} \
-            if pos else {}
-        upper = {FILE_PATH_ID: targets[-1].encode(), POS_ID: max(pos).to_bytes(8, "little")} \
-            if pos else {}
-        return {
-            "status": avro.STATUS_ADDED, "snapshot_id": self.snapshot_id,
-            "sequence_number": self.sequence, "file_sequence_number": self.sequence,
-            "data_file": {
-                "content": avro.CONTENT_POSITION_DELETES, "file_path": self.uri(key),
-                "file_format": "PARQUET", "partition": {}, "record_count": len(pos),
-                "file_size_in_bytes": len(data), "column_sizes": None,
-                "value_counts": avro.int_map({FILE_PATH_ID: len(pos), POS_ID: len(pos)}),
-                "null_value_counts": avro.int_map({FILE_PATH_ID: 0, POS_ID: 0}),
-                "nan_value_counts": None,
-                "lower_bounds": avro.int_map(lower), "upper_bounds": avro.int_map(upper),
-                "key_metadata": None, "split_offsets": None, "equality_ids": None,
-                "sort_order_id": None,
-                "referenced_data_file": targets[0] if len(targets) == 1 else None}}
+        lower = {FILE_PATH_ID: targets[0].encode(), POS_ID: min(pos).to_bytes(8, "little")}
+        upper = {FILE_PATH_ID: targets[-1].encode(), POS_ID: max(pos).to_bytes(8, "little")}
+        return self._entry({
+            "content": avro.CONTENT_POSITION_DELETES, "file_path": self.uri(key),
+            "file_format": "PARQUET", "partition": {}, "record_count": len(pos),
+            "file_size_in_bytes": len(data), "column_sizes": None,
+            "value_counts": avro.int_map({FILE_PATH_ID: len(pos), POS_ID: len(pos)}),
+            "null_value_counts": avro.int_map({FILE_PATH_ID: 0, POS_ID: 0}),
+            "nan_value_counts": None,
+            "lower_bounds": avro.int_map(lower), "upper_bounds": avro.int_map(upper),
+            "key_metadata": None, "split_offsets": None, "equality_ids": None,
+            "sort_order_id": None,
+            "referenced_data_file": targets[0] if len(targets) == 1 else None},
+            self.sequence)
 
     def delete_manifests(self, prev: _Previous | None) -> list[dict[str, Any]]:
         live = {_basename(r.path).removesuffix(".del"): r for r in self.src.tombstones}
@@ -293,7 +310,8 @@ class IcebergExport:
                 out.append(rec)
             else:
                 loose.extend(alive)
-        new = [self._delete_file(ref, tid) for tid, ref in live.items() if tid not in have]
+        made = (self._delete_file(ref, tid) for tid, ref in live.items() if tid not in have)
+        new = [e for e in made if e is not None]
         if len(out) + (1 if loose or new else 0) > MAX_DELETE_MANIFESTS:
             for rec in out:  # fold every delete manifest into one
                 key = _key_of(rec["manifest_path"], self.root)
