@@ -60,6 +60,7 @@ _OPERATIONS = {"append": "append", "delete": "delete", "compact": "replace",
                "expire": "replace", "create": "append"}
 DATA_SEQUENCE = 1
 MAX_DELETE_MANIFESTS = 16
+MANIFEST_ENTRIES = 1000  # stored entries of a caslake file group per data manifest
 
 
 def metadata_key(version: int) -> str:
@@ -141,10 +142,23 @@ def _read_previous(store: ObjectStore, root: str) -> _Previous | None:
     return _Previous(version, meta, data, deletes)
 
 
-def _group_hash(group: FileGroup) -> str:
+def _chunks(groups: tuple[FileGroup, ...]) -> list[list[DataFile]]:
+    """Each caslake file group cut into slices of MANIFEST_ENTRIES stored entries
+    (a segment never changes, so the slices are stable), minus removed files: a
+    removal rewrites one slice, not the whole segment."""
+    out = []
+    for g in groups:
+        for k in range(0, len(g.entries), MANIFEST_ENTRIES):
+            live = [f for f in g.entries[k:k + MANIFEST_ENTRIES] if f.path not in g.removed]
+            if live:
+                out.append(live)
+    return out
+
+
+def _chunk_hash(files: list[DataFile]) -> str:
     """By content only: an inline list that later becomes a segment keeps its hash."""
     h = hashlib.sha256()
-    for f in group.files:
+    for f in files:
         h.update(b"\n" + f.path.encode() + b"\0" + f.etag.encode())
     return h.hexdigest()[:32]
 
@@ -214,9 +228,8 @@ class IcebergExport:
         with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
             return list(pool.map(sizes, files))
 
-    def _write_group(self, group: FileGroup, digest: str,
+    def _write_group(self, files: list[DataFile], digest: str,
                      known: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        files = list(group.files)
         fresh = [f for f in files if self.src.location(f.path) not in known]
         sizes = dict(zip((f.path for f in fresh), self._column_sizes(fresh), strict=True))
         entries = [self._entry(self._data_file(f, sizes[f.path]) if f.path in sizes
@@ -240,7 +253,7 @@ class IcebergExport:
                 "partitions": None, "key_metadata": None}
 
     def data_manifests(self, prev: _Previous | None) -> tuple[list[dict[str, Any]], int]:
-        groups = [(g, _group_hash(g)) for g in self.src.groups]
+        groups = [(c, _chunk_hash(c)) for c in _chunks(self.src.groups)]
         old = prev.data_manifests if prev else {}
         known = self._known_entries([r for d, r in old.items()
                                      if d not in {h for _, h in groups}])

@@ -34,11 +34,18 @@ class TableHandle(Protocol):
 
 @dataclass(frozen=True)
 class FileGroup:
-    """Live files that come from one caslake segment (``segment`` is the earlier
-    manifest's key) or, with ``segment`` None, the snapshot's own inline list."""
+    """The entries of one caslake segment (``segment`` is the earlier manifest's
+    key) or, with ``segment`` None, the snapshot's own inline list, in stored
+    order, with the ones this version removed; a segment never changes, so
+    slices of ``entries`` are stable across versions."""
 
     segment: str | None
-    files: tuple[DataFile, ...]
+    entries: tuple[DataFile, ...]
+    removed: frozenset[str] = frozenset()
+
+    @property
+    def files(self) -> list[DataFile]:
+        return [f for f in self.entries if f.path not in self.removed]
 
 
 @dataclass(frozen=True)
@@ -108,9 +115,7 @@ def load_source(table: TableHandle, version: int | None) -> ExportSource:
         if seg.version != ref.version or len(seg.files) != ref.file_count:
             raise CorruptMetadata(snap.key, f"segment {ref.manifest} does not match its "
                                   "reference (version or file count)")
-        live = tuple(f for f in seg.files if f.path not in m.removed)
-        if live:
-            groups.append(FileGroup(ref.manifest, live))
-    if m.files:
-        groups.append(FileGroup(None, tuple(m.files)))
+        groups.append(FileGroup(ref.manifest, seg.files,
+                                m.removed.intersection(f.path for f in seg.files)))
+    groups.append(FileGroup(None, m.files))
     return ExportSource(table, snap, tuple(groups))
