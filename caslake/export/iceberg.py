@@ -86,7 +86,7 @@ class _Previous:
     delete_manifests: list[tuple[dict[str, Any], list[dict[str, Any]]]]  # record, entries
 
 
-def _read_json(store: ObjectStore, key: str) -> dict[str, Any]:
+def read_metadata(store: ObjectStore, key: str) -> dict[str, Any]:
     try:
         doc = json.loads(store.get(key).data)
     except NotFound:
@@ -128,7 +128,7 @@ def _read_previous(store: ObjectStore, root: str) -> _Previous | None:
     version = read_hint(store)
     if version is None:
         return None
-    meta = _read_json(store, metadata_key(version))
+    meta = read_metadata(store, metadata_key(version))
     data: dict[str, dict[str, Any]] = {}
     deletes = []
     for rec in _current_manifests(store, root, meta):
