@@ -22,14 +22,15 @@ again finishes the job.  ``dry_run=True`` reports without committing or deleting
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from caslake.errors import InvalidArgument
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX
+from caslake.store.base import ObjectStore
 from caslake.table.changes import Changes
 from caslake.table.commit import commit_with_retry
 from caslake.table.metadata_io import MetadataIO, Snapshot
@@ -41,6 +42,22 @@ MIN_RETENTION = timedelta(hours=24)
 DEFAULT_RETENTION = timedelta(days=7)
 _PREFIXES = (MANIFEST_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
 EXPIRE = "expire"  # the operation of GC's marker commit
+
+
+class ExtraRoots(Protocol):
+    """What another feature stored next to the table needs kept (e.g. an export):
+    ``keep`` -- keys gc must not delete (its own objects, and caslake data files it
+    points at); ``prefixes`` -- where its objects live, so gc collects the ones
+    ``keep`` does not name (by the same age rule as caslake's own)."""
+
+    @property
+    def prefixes(self) -> tuple[str, ...]: ...
+
+    @property
+    def keep(self) -> frozenset[str]: ...
+
+
+RootsProvider = Callable[[ObjectStore], ExtraRoots]
 
 
 @dataclass
@@ -82,9 +99,11 @@ def check_retention(retention: timedelta, force: bool) -> None:
 
 def collect_garbage(table: Table, *, retention: timedelta = DEFAULT_RETENTION,
                     dry_run: bool = False, now: datetime | None = None,
-                    force: bool = False) -> GcReport:
+                    force: bool = False, extra_roots: Sequence[RootsProvider] = ()
+                    ) -> GcReport:
     """Expire versions older than ``retention`` and delete what no retained version
-    references.  ``now`` is injectable for tests; it defaults to the wall clock."""
+    references, nor any of ``extra_roots`` keeps.  ``now`` is injectable for tests;
+    it defaults to the wall clock."""
     check_retention(retention, force)
     now = now or datetime.now(UTC)
     if now.tzinfo is None:
@@ -98,10 +117,15 @@ def collect_garbage(table: Table, *, retention: timedelta = DEFAULT_RETENTION,
         head = _commit_marker(table, oldest)
     retained = _retained(io, head, oldest)
     referenced = _referenced(io, retained)
+    prefixes = list(_PREFIXES)
+    for provider in extra_roots:  # read after the marker: what exports reference now
+        roots = provider(table.store)
+        referenced |= roots.keep
+        prefixes += [p for p in roots.prefixes if p not in prefixes]
     report = GcReport(dry_run=dry_run, cutoff=cutoff, head_version=head.version,
                       oldest_version=oldest, retained_versions=len(retained))
     doomed: list[tuple[str, int]] = []
-    for prefix in _PREFIXES:
+    for prefix in prefixes:
         for meta in table.store.list(prefix):
             if meta.key in referenced:
                 continue

@@ -255,9 +255,11 @@ class Table:
            now: datetime | None = None, force: bool = False) -> GcReport:
         """Expire versions older than ``retention`` and delete the objects no retained
         version references (see :mod:`caslake.maintenance.gc`)."""
+        from caslake.export.roots import export_roots
         from caslake.maintenance.gc import collect_garbage
 
-        return collect_garbage(self, retention=retention, dry_run=dry_run, now=now, force=force)
+        return collect_garbage(self, retention=retention, dry_run=dry_run, now=now, force=force,
+                               extra_roots=(export_roots,))
 
     def export_iceberg(self, version: int | None = None, out: str | None = None,
                        storage_options: dict[str, str] | None = None) -> ExportResult:
