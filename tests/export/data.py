@@ -10,7 +10,7 @@ from decimal import Decimal
 import pyarrow as pa
 
 import caslake
-from caslake.table.table import Table
+from caslake.api import Table
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64()), pa.field("small", pa.int32()), pa.field("f", pa.float64()),

@@ -16,7 +16,7 @@ import duckdb
 import duckdb_ext
 import pyarrow as pa
 
-from caslake.table.table import Table
+from caslake.api import Table
 
 EXTENSION_DIR = f"{next(iter(duckdb_ext.__path__))}/extensions"
 

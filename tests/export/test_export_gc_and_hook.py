@@ -17,7 +17,7 @@ from caslake.export.hook import DELTA_PROPERTY, ICEBERG_PROPERTY
 from caslake.export.iceberg import metadata_key, read_hint
 from caslake.store import open_store
 from caslake.store.faults import Fault, FaultyStore
-from caslake.table.table import Table
+from caslake.api import Table
 from tests.export.data import SCHEMA, new_table, rows
 from tests.export.readers import caslake_rows, deltalake_rows, pyiceberg_rows
 
