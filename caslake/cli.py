@@ -423,6 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
             e.add_argument("--out", help="write metadata under OUT/metadata/ instead")
         e.add_argument("--json", action="store_true", help="print the result as JSON")
         e.set_defaults(fn=cmd_export, out=None)
+
+    from caslake.cli_dataset import add_dataset_commands  # imports this module: load it late
+
+    add_dataset_commands(sub)
     return p
 
 
