@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.api import Table
 from caslake.export.hook import DELTA_PROPERTY, ICEBERG_PROPERTY
 from caslake.export.iceberg import metadata_key, read_hint
 from caslake.store import open_store
 from caslake.store.faults import Fault, FaultyStore
-from caslake.api import Table
 from tests.export.data import SCHEMA, new_table, rows
 from tests.export.readers import caslake_rows, deltalake_rows, pyiceberg_rows
 

@@ -9,11 +9,11 @@ from urllib.parse import urlparse
 
 import pytest
 
+from caslake.api import Table
 from caslake.export.delta import LOG_PREFIX
 from caslake.export.iceberg import HINT_KEY, METADATA_PREFIX, metadata_key, read_hint
 from caslake.store import ObjectStore, open_store
 from caslake.store.faults import ALL_OPS, Fault, FaultyStore, SimulatedCrash
-from caslake.api import Table
 from caslake.testing.moto_server import DUMMY_KEY_ID, DUMMY_SECRET, REGION
 from tests.export.data import SCHEMA, history, new_table
 from tests.export.readers import (
