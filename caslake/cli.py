@@ -284,6 +284,27 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
+    options = _storage_options(args.storage_option)
+    table = open_table(args.uri, storage_options=options)
+    if args.target == "iceberg":
+        res = table.export_iceberg(version=args.version, out=args.out, storage_options=options)
+    else:
+        res = table.export_delta(version=args.version)
+    if args.json:
+        _emit_json(res.__dict__, out)
+        return 0
+    if res.noop:
+        out.write(f"version {res.version} is already exported as {args.target}: "
+                  f"{res.location}\n")
+    else:
+        out.write(f"exported version {res.version} as {args.target}: {res.location} "
+                  f"({res.objects_written} objects, {res.bytes_written:,} bytes written")
+        out.write(f"; {res.manifests_reused} manifests reused)\n" if args.target == "iceberg"
+                  else ")\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="caslake", description="Transactional Parquet tables on "
                                 "object storage, coordinated by conditional writes.")
@@ -350,6 +371,21 @@ def build_parser() -> argparse.ArgumentParser:
     sh = table_cmd("show", "version, files, rows, bytes and tombstones")
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(fn=cmd_show)
+
+    ex = sub.add_parser("export", help="publish a version as Iceberg or Delta metadata "
+                        "(zero-copy, deletes included)")
+    ex_sub = ex.add_subparsers(dest="target", required=True)
+    for target, what in (("iceberg", "Iceberg v2 metadata under <table>/metadata/"),
+                         ("delta", "a Delta commit in <table>/_delta_log/")):
+        e = ex_sub.add_parser(target, help=f"write {what}")
+        e.add_argument("uri", help="table location: a path, file://, memory:// or s3://b/prefix")
+        e.add_argument("--storage-option", "-o", action="append", metavar="KEY=VALUE",
+                       help="store option, e.g. endpoint_url=http://... (repeatable)")
+        e.add_argument("--version", type=int, help="export this version (default: latest)")
+        if target == "iceberg":
+            e.add_argument("--out", help="write metadata under OUT/metadata/ instead")
+        e.add_argument("--json", action="store_true", help="print the result as JSON")
+        e.set_defaults(fn=cmd_export, out=None)
 
 
     add_dataset_commands(sub)
