@@ -212,7 +212,7 @@ class IcebergExport:
         table = self.src.table
 
         def sizes(f: DataFile) -> dict[int, int]:
-            md = table.footers.get(table.store, f)
+            md = table.footers.get(table.store, f).metadata
             out: dict[int, int] = {}
             for rg in range(md.num_row_groups):
                 group = md.row_group(rg)

@@ -19,8 +19,9 @@ from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.store.base import ObjectStore
 from caslake.table.deletion_mask import TombstoneCache, load_masks
+from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.scan import POSITION, FooterCache, Scan
+from caslake.table.scan import POSITION, Scan, SnapshotSubset
 
 
 class TableHandle(Protocol):
@@ -91,8 +92,9 @@ class ExportSource:
     def _positions_by_scan(self, paths: Sequence[str], files: dict[str, DataFile]
                            ) -> dict[str, BitMap]:
         first = self.snapshot.manifest.schema.names[:1]
-        scan = Scan(self.table.io, self.table.footers, self.snapshot, first, None,
-                    self.table.tombstones, only_files=paths)
+        subset = SnapshotSubset.of(self.snapshot, [files[p] for p in paths])
+        scan = Scan(self.table.io, self.table.footers, subset, first, None,
+                    self.table.tombstones)
         alive: dict[str, BitMap] = {p: BitMap() for p in paths}
         for task, rows in scan.matching_rows():
             alive[task.file.path].update(rows.column(POSITION).to_numpy())
