@@ -28,16 +28,17 @@ commits only through :func:`caslake.table.runner.run_operation`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from caslake.errors import InvalidArgument, RefNotFound, RetryBudgetExhausted
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX
 from caslake.format.properties import retention_policy
 from caslake.format.refs import BRANCH_PREFIX, REFS_PREFIX, branch_key
+from caslake.store.base import ObjectStore
 from caslake.table import refs
 from caslake.table.changes import Changes
 from caslake.table.metadata_io import MetadataIO, Snapshot
@@ -47,6 +48,22 @@ MIN_RETENTION = timedelta(hours=24)
 DEFAULT_RETENTION = timedelta(days=7)
 _PREFIXES = (MANIFEST_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
 EXPIRE = "expire"  # the operation of GC's marker commit
+
+
+class ExtraRoots(Protocol):
+    """What another feature stored next to the table needs kept (e.g. an export):
+    ``keep`` -- keys gc must not delete (its own objects, and caslake data files it
+    points at); ``prefixes`` -- where its objects live, so gc collects the ones
+    ``keep`` does not name (by the same age rule as caslake's own)."""
+
+    @property
+    def prefixes(self) -> tuple[str, ...]: ...
+
+    @property
+    def keep(self) -> frozenset[str]: ...
+
+
+RootsProvider = Callable[[ObjectStore], ExtraRoots]
 
 
 @dataclass
@@ -88,12 +105,13 @@ def check_retention(retention: timedelta, force: bool) -> None:
 
 def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
                     dry_run: bool = False, now: datetime | None = None,
-                    force: bool = False) -> GcReport:
+                    force: bool = False, extra_roots: Sequence[RootsProvider] = ()
+                    ) -> GcReport:
     """Expire versions older than ``retention`` on every branch and delete what no
-    retained version, tag or hold references.  ``retention`` None: the table's
-    retention policy (``retention.max_age``, default 7 days, and
-    ``retention.keep_last_versions``).  ``now`` is injectable for tests; it
-    defaults to the handle's clock."""
+    retained version, tag or hold references, nor any of ``extra_roots`` keeps.
+    ``retention`` None: the table's retention policy (``retention.max_age``,
+    default 7 days, and ``retention.keep_last_versions``).  ``now`` is injectable
+    for tests; it defaults to the handle's clock."""
     head = ctx.refresh()
     policy = retention_policy(head.manifest.properties)
     if retention is None:
@@ -134,10 +152,15 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
     if own is None:
         raise RefNotFound("branch", ctx.pointer_key)
     head, oldest, n_kept = own
+    prefixes = list(_PREFIXES)
+    for provider in extra_roots:  # read after the markers: what exports reference now
+        roots = provider(ctx.store)
+        referenced |= roots.keep
+        prefixes += [p for p in roots.prefixes if p not in prefixes]
     report = GcReport(dry_run=dry_run, cutoff=cutoff, head_version=head.version,
                       oldest_version=oldest, retained_versions=n_kept)
     doomed: list[tuple[str, int]] = []
-    for prefix in _PREFIXES:
+    for prefix in prefixes:
         for meta in ctx.store.list(prefix):
             if meta.key in referenced:
                 continue

@@ -43,9 +43,9 @@ from caslake.format.manifest import (
 from caslake.format.refs import MAIN, REFS_FORMAT_VERSION, Hold, RefTarget, hold_key
 from caslake.store import open_store
 from caslake.store.base import ObjectStore
-from caslake.store.routing import RoutingStore
 from caslake.table import refs
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.routing import RoutingStore
 
 
 def with_externals(store: ObjectStore, manifest: Manifest,
