@@ -148,7 +148,7 @@ class _Upload:
     def part(self, number: int, part: ComposePart) -> str:
         assert self.upload_id is not None
         if isinstance(part, CopyFrom):
-            self.store.counters.record(MPU_COPY_PART, bytes_copied=part.size)
+            self.store.counters.record(MPU_COPY_PART)
             try:
                 resp = self.client.upload_part_copy(
                     Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id,
@@ -164,6 +164,8 @@ class _Upload:
                 if code == "NoSuchUpload" or _is_conflict(exc):
                     raise _StartOver(err) from exc
                 raise err from exc
+            # Bytes count only once copied: a rejected copy moved nothing.
+            self.store.counters.record(MPU_COPY_PART, count=0, bytes_copied=part.size)
             return str(resp["CopyPartResult"]["ETag"])
         self.store.counters.record(MPU_UPLOAD_PART, bytes_out=len(part))
         try:

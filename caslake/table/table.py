@@ -9,7 +9,7 @@ commit on top of the latest version and a plain ``scan()`` reads the latest.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ from caslake.table.write import WriteOptions, as_reader, write_data_files
 
 if TYPE_CHECKING:
     from caslake.maintenance.gc import GcReport
+    from caslake.maintenance.purge import PurgeReport
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,16 @@ class Table:
 
         return compact(self, target_file_size=target_file_size,
                        deleted_fraction=deleted_fraction)
+
+    def purge(self, where: str | Expr, *, dry_run: bool = False, expire: bool = False,
+              progress: Callable[[str, int, int], None] | None = None,
+              audit_key: bytes | None = None) -> PurgeReport:
+        """Physically erase the rows ``where`` matches, by row-group splice, in one
+        version (see :mod:`caslake.maintenance.purge`)."""
+        from caslake.maintenance.purge import purge
+
+        return purge(self, where, dry_run=dry_run, expire=expire, progress=progress,
+                     audit_key=audit_key)
 
     def gc(self, *, retention: timedelta = timedelta(days=7), dry_run: bool = False,
            now: datetime | None = None, force: bool = False) -> GcReport:
