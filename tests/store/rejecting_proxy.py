@@ -47,10 +47,13 @@ def rejecting_upload_part_copy(endpoint: str) -> Iterator[str]:
             resp = conn.getresponse()
             payload = resp.read()
             self.send_response(resp.status)
+            upstream_length = resp.getheader("Content-Length")
             for k, v in resp.getheaders():
                 if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                     self.send_header(k, v)
-            self.send_header("Content-Length", str(len(payload)))
+            # A HEAD has no body but announces the object's length.
+            length = upstream_length if self.command == "HEAD" else str(len(payload))
+            self.send_header("Content-Length", length or "0")
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(payload)
