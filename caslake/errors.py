@@ -151,6 +151,13 @@ class TransientStoreError(StoreError):
     """A retryable failure: throttling (503 SlowDown), a reset, a timeout."""
 
 
+class PutOutcomeUnknown(StoreError):
+    """A compare-and-swap put (If-Match) failed in a way that leaves its outcome
+    unknown (reply lost, timeout, reset, 5xx): it may have applied, or may still
+    apply.  It is never retried blindly: the caller settles it by reading the
+    object back (the commit loop looks for its commit id in the pointer)."""
+
+
 class StoreConfigError(StoreError):
     """The store URI or its options are unusable (bad URI, credentials, bucket)."""
 

@@ -26,12 +26,12 @@ import pytest
 import caslake
 from caslake.errors import CorruptMetadata, InvalidArgument, UnknownColumn
 from caslake.format import splice as sp
-from caslake.format.parquet_thrift import decode_file_metadata, footer_length
-from caslake.maintenance import purge as purge_mod
-from caslake.maintenance.verify import verify_table
 from caslake.format.keys import data_file_key
 from caslake.format.manifest import DataFile
+from caslake.format.parquet_thrift import decode_file_metadata, footer_length
 from caslake.format.stats import file_stats
+from caslake.maintenance import purge as purge_mod
+from caslake.maintenance.verify import verify_table
 from caslake.store.base import PutMode
 from caslake.table.table import Table
 

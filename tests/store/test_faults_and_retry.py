@@ -9,7 +9,13 @@ import pyarrow as pa
 import pytest
 
 import caslake
-from caslake.errors import AlreadyExists, CaslakeError, CorruptMetadata, TransientStoreError
+from caslake.errors import (
+    AlreadyExists,
+    CaslakeError,
+    CorruptMetadata,
+    PutOutcomeUnknown,
+    TransientStoreError,
+)
 from caslake.format.keys import POINTER_KEY
 from caslake.store import open_store
 from caslake.store.base import IfMatch, PutMode
@@ -67,8 +73,9 @@ def test_compare_and_swap_is_never_retried() -> None:
     e1 = faulty.inner.put("p", b"1")
     faulty.faults.append(Fault(frozenset({"put"}), "after", times=1))
     store = RetryingStore(faulty, sleep=no_sleep)
-    with pytest.raises(TransientStoreError):
+    with pytest.raises(PutOutcomeUnknown) as e:  # outcome unknown: not a retryable error
         store.put("p", b"2", mode=IfMatch(e1))
+    assert not isinstance(e.value, TransientStoreError)
     assert faulty.fired == 1 and faulty.calls == 1  # one attempt, then the caller settles
     assert faulty.inner.get("p").data == b"2"  # it had applied
 
