@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,11 @@ import pytest
 import caslake
 from caslake.errors import CorruptMetadata, InvalidArgument, UnknownColumn
 from caslake.format import splice as sp
-from caslake.format.keys import data_file_key
-from caslake.format.manifest import DataFile
 from caslake.format.parquet_thrift import decode_file_metadata, footer_length
-from caslake.format.stats import file_stats
 from caslake.maintenance import purge as purge_mod
 from caslake.maintenance.verify import verify_table
-from caslake.store.base import PutMode
 from caslake.table.table import Table
+from caslake.testing.parquet_files import add_parquet_file
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -66,24 +62,7 @@ def make_table(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Tab
 
 
 def add_file(t: Table, data: pa.Table, *, group: int = 1000, **options: Any) -> None:
-    """Append ``data`` as one file of ``group``-row row groups, written with caslake's
-    writer settings (zstd, statistics, page checksums) unless ``options`` say otherwise."""
-    settings: dict[str, Any] = {"compression": "zstd", "write_statistics": True,
-                                "write_page_checksum": True, **options}
-    buf = io.BytesIO()
-    pq.write_table(data, buf, row_group_size=group, **settings)
-    raw = buf.getvalue()
-    key = data_file_key()
-    etag = t.store.put(key, raw, mode=PutMode.CREATE)
-    md = pq.ParquetFile(io.BytesIO(raw)).metadata
-    schema = t.table_schema
-    stats = {schema.field(n).id: st for n, st in file_stats(
-        md, {f.name: f.arrow_type for f in schema.fields}).items() if st}
-    footer = 8 + footer_length(raw[-8:])
-    df = DataFile(key, len(raw), etag, md.num_rows, md.num_row_groups, footer, stats,
-                  zlib.crc32(raw[-footer:]))
-    with t.transaction() as tx:
-        tx.stage("append", files=[df])
+    add_parquet_file(t, data, row_group_rows=group, **options)
 
 
 @pytest.fixture(params=["memory", "local", pytest.param("s3", marks=pytest.mark.s3)])
