@@ -153,6 +153,15 @@ class FaultyStore(ObjectStore):
     def delete(self, key: str) -> None:
         self._run("delete", key, lambda: self.inner.delete(key))
 
+    @property  # type: ignore[override]
+    def min_part_size(self) -> int:
+        """The wrapped store's rule, so plans made through the wrapper fit it."""
+        return self.inner.min_part_size
+
+    @min_part_size.setter
+    def min_part_size(self, value: int) -> None:
+        self.inner.min_part_size = value
+
     def compose(self, dest: str, parts: Sequence[ComposePart]) -> str:
         return self._run("compose", dest,  # type: ignore[return-value]
                          lambda: self.inner.compose(dest, parts))

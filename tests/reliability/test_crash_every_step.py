@@ -63,7 +63,7 @@ from caslake.table.commit import CommitPolicy
 from caslake.table.metadata_io import MetadataIO
 from caslake.table.table import CommitResult, Table
 
-ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
+ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete", "compose"})
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
                     pa.field("f", pa.float64())])
 # Small files with several row groups, so every append writes several files and
@@ -155,7 +155,14 @@ def _compact(t: Table) -> CommitResult:
     return t.compact(target_file_size=1 << 20)  # every file of the base is small
 
 
+def _purge(t: Table) -> CommitResult:
+    t.store.min_part_size = 512  # the 5 MiB rule scaled to these small files: real splices
+    r = t.purge("s = 's5' OR id = 15")  # id 15 is deleted already: erased all the same
+    return CommitResult(r.version, r.commit_id or "", "purge", r.attempts, noop=r.noop)
+
+
 OPS: dict[str, Op] = {
+    "purge": Op(_purge, lambda rs: [r for r in rs if r[1] != "s5"]),
     "compact": Op(_compact, lambda rs: rs),
     "append": Op(_append, lambda rs: rs + rows(3000, 4000)),
     "delete": Op(_delete, lambda rs: [r for r in rs
