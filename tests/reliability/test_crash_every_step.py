@@ -63,7 +63,8 @@ from caslake.table.commit import CommitPolicy
 from caslake.table.metadata_io import MetadataIO
 from caslake.table.table import CommitResult, Table
 
-ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete", "compose"})
+ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete", "compose",
+                     "list_multipart_uploads", "abort_multipart_upload"})
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
                     pa.field("f", pa.float64())])
 # Small files with several row groups, so every append writes several files and
