@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from benchmarks import core, deletes, purge
+from benchmarks import dataset as dataset_bench
 from benchmarks import spark as spark_bench
 
 
@@ -13,6 +14,7 @@ def main() -> int:
     core.main(quick=quick)
     deletes.main(quick=quick)
     purge.main(quick=quick)
+    dataset_bench.main(quick=quick)
     spark_bench.main(quick=quick)
     return 0
 

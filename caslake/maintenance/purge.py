@@ -39,7 +39,7 @@ import os
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 from pyroaring import BitMap
 
 from caslake.errors import (
-    CommitConflict,
+    ConcurrentModification,
     CorruptMetadata,
     InvalidArgument,
     NotFound,
@@ -61,18 +61,17 @@ from caslake.format import splice as sp
 from caslake.format.keys import data_file_key, tombstone_key
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.parquet_thrift import decode_file_metadata, footer_length
+from caslake.format.schema import TableSchema
 from caslake.format.stats import file_stats
 from caslake.format.tombstone import FileDeletes, Tombstone
 from caslake.store.base import ComposePart, CopyFrom, ObjectStore, PutMode
 from caslake.table.changes import Changes
-from caslake.table.commit import commit_with_retry
-from caslake.table.delete import PredicateCondition, check_where, matching_positions, touched_since
+from caslake.table.delete import PredicateCondition, check_where, matching_positions
 from caslake.table.deletion_mask import DeletionMask, load_masks
 from caslake.table.metadata_io import Snapshot
+from caslake.table.requirements import FilesUntouchedSince
+from caslake.table.runner import TableContext, noop_result, run_operation
 from caslake.table.scan import Scan
-
-if TYPE_CHECKING:
-    from caslake.table.table import Table
 
 PURGE = "purge"
 SPLICE = "splice"
@@ -194,11 +193,11 @@ def _pinned_ranges(store: ObjectStore, f: DataFile, ranges: list[tuple[int, int]
                                       f"table's back ({exc})") from exc
 
 
-def _plan(table: Table, base: Snapshot, where: str | Expr) -> _Plan:
-    io, store = table.io, table.store
+def _plan(ctx: TableContext, base: Snapshot, where: str | Expr) -> _Plan:
+    io, store = ctx.io, ctx.store
     cond = PredicateCondition(where)
     bare = _without_tombstones(base)
-    scan = Scan(io, table.footers, bare, [], where, table.tombstones)
+    scan = Scan(io, ctx.footers, bare, [], where, ctx.tombstones)
     files_by_path = {f.path: f for f in io.live_files(base)}
     try:
         found = matching_positions(scan, cond)
@@ -207,13 +206,13 @@ def _plan(table: Table, base: Snapshot, where: str | Expr) -> _Plan:
             raise
         raise CorruptMetadata(exc.key, "the data file was replaced or removed behind the "
                                        f"table's back ({exc})") from exc
-    masks = load_masks(store, table.tombstones, base.manifest.tombstones, files_by_path,
+    masks = load_masks(store, ctx.tombstones, base.manifest.tombstones, files_by_path,
                        list(found), base.manifest.schema)
     plans: list[_FilePlan] = []
     for path, (task, positions) in sorted(found.items()):
         f = task.file
         fmd = _read_footer(store, f)
-        deleted = _all_deleted(table, bare, f, fmd, masks.get(path))
+        deleted = _all_deleted(ctx, bare, f, fmd, masks.get(path))
         starts = list(np.cumsum([0] + [int(rg.num_rows) for rg in fmd.row_groups]))
         touched = sorted({int(np.searchsorted(starts, p, side="right")) - 1 for p in positions})
         plans.append(_FilePlan(f, fmd, BitMap(positions), deleted, touched))
@@ -221,14 +220,14 @@ def _plan(table: Table, base: Snapshot, where: str | Expr) -> _Plan:
     carried: dict[str, tuple[FileDeletes, int]] = {}
     for ref in base.manifest.tombstones:
         if purged.intersection(ref.files):
-            entries = {fd.path: fd for fd in table.tombstones.get(store, ref).files}
+            entries = {fd.path: fd for fd in ctx.tombstones.get(store, ref).files}
             for other, count in ref.files.items():
                 if other not in purged:
                     carried[other] = (entries[other], count)
     return _Plan(base, plans, carried)
 
 
-def _all_deleted(table: Table, bare: Snapshot, f: DataFile, fmd: Any,
+def _all_deleted(ctx: TableContext, bare: Snapshot, f: DataFile, fmd: Any,
                  mask: DeletionMask | None) -> BitMap:
     """Every position of ``f`` its tombstones delete, key ranges resolved by reading
     just the key columns."""
@@ -237,7 +236,7 @@ def _all_deleted(table: Table, bare: Snapshot, f: DataFile, fmd: Any,
     key_values = None
     if mask.key_ranges:
         cols = sorted(mask.key_columns())
-        key_values = Scan(table.io, table.footers, bare, cols, None, table.tombstones,
+        key_values = Scan(ctx.io, ctx.footers, bare, cols, None, ctx.tombstones,
                           only_files=[f.path]).to_arrow()
     return mask.deleted_positions([int(rg.num_rows) for rg in fmd.row_groups], key_values)
 
@@ -254,8 +253,9 @@ class _Built:
     hidden: int  # rows those deletes hide
 
 
-def _build(table: Table, fp: _FilePlan, *, dry_run: bool) -> _Built:
-    store, f, fmd = table.store, fp.file, fp.footer
+def _build(ctx: TableContext, fp: _FilePlan, schema: TableSchema, *, dry_run: bool
+           ) -> _Built:
+    store, f, fmd = ctx.store, fp.file, fp.footer
     starts, rows = fp.starts(), fp.group_rows
     spans = [sp.row_group_span(fmd.row_groups[i]) for i in fp.touched]
     datas = _pinned_ranges(store, f, spans) if not dry_run else [b""] * len(spans)
@@ -286,7 +286,7 @@ def _build(table: Table, fp: _FilePlan, *, dry_run: bool) -> _Built:
                                     erased + spliced.num_rows, 0), None, None, 0)
     key = data_file_key()
     strategy, etag, widened = _write(store, f, key, spliced)
-    new_file = _data_file(table, key, etag, spliced)
+    new_file = _data_file(schema, key, etag, spliced)
     if deletes is not None:
         deletes = replace(deletes, path=key, row_count=spliced.num_rows)
     return _Built(fp, FilePurge(f.path, key, strategy, len(fp.touched), erased, widened),
@@ -357,13 +357,13 @@ def _compose_parts(store: ObjectStore, f: DataFile, parts: list[sp.Part]
     return out
 
 
-def _data_file(table: Table, key: str, etag: str, spliced: sp.SplicedFile) -> DataFile:
+def _data_file(schema: TableSchema, key: str, etag: str, spliced: sp.SplicedFile
+               ) -> DataFile:
     """The manifest entry of a new file, statistics recomputed from its new footer."""
     tail = spliced.pieces[-1]
     assert isinstance(tail, bytes)
     tail = tail[-spliced.footer_size:]
     md: pq.FileMetaData = pq.read_metadata(pa.BufferReader(tail))
-    schema = table.table_schema
     columns = {fld.name: fld.arrow_type for fld in schema.fields}
     stats_by_name = file_stats(md, columns)
     stats = {schema.field(n).id: st for n, st in stats_by_name.items() if st}
@@ -375,53 +375,50 @@ def _data_file(table: Table, key: str, etag: str, spliced: sp.SplicedFile) -> Da
 # --- the operation --------------------------------------------------------------------
 
 
-def purge(table: Table, where: str | Expr, *, dry_run: bool = False, expire: bool = False,
-          progress: Progress | None = None, audit_key: bytes | None = None,
-          max_replans: int = 3) -> PurgeReport:
+def purge(ctx: TableContext, where: str | Expr, *, dry_run: bool = False,
+          expire: bool = False, progress: Progress | None = None,
+          audit_key: bytes | None = None, max_replans: int = 3) -> PurgeReport:
     """Physically erase the rows ``where`` matches (see the module docstring)."""
     where = check_where(where)
     if isinstance(where, str) and not where.strip():
         raise InvalidArgument("purge needs a non-empty where predicate (to erase "
                               "everything, drop the table)")
-    if compile_where(where, table.schema) is None:
+    if compile_where(where, ctx.snapshot.manifest.schema.to_arrow()) is None:
         raise InvalidArgument("purge needs a where predicate")
     if expire:
         raise InvalidArgument("purge(expire=True) is not available yet: run purge, then "
                               "gc once the retention allows (docs/protocol.md, 'Purge')")
     key = audit_key if audit_key is not None else os.urandom(32)
     fingerprint = predicate_hmac(where, key)
-    before = table.store.counters.snapshot()
+    started = ctx.meter()
     for attempt in range(max_replans + 1):
-        base = table.io.latest()
-        plan = _plan(table, base, where)
+        base = ctx.refresh()
+        plan = _plan(ctx, base, where)
         if progress:
             progress("plan", len(plan.files), len(plan.files))
-        if not plan.files:
-            table._set_snapshot(base)
-            return _report(table, before, base.version, None, [], fingerprint,
-                           noop=True, dry_run=dry_run, attempts=0)
+        if not plan.files or dry_run:
+            planned = [_build(ctx, fp, base.manifest.schema, dry_run=True)
+                       for fp in plan.files]
+            noop_result(ctx, PURGE, base, started=started)
+            return _report(ctx, started, base.version, None, planned, fingerprint,
+                           noop=not plan.files, dry_run=dry_run, attempts=0)
         built: list[_Built] = []
         try:
             for n, fp in enumerate(plan.files, 1):
-                built.append(_build(table, fp, dry_run=dry_run))
+                built.append(_build(ctx, fp, base.manifest.schema, dry_run=False))
                 if progress:
                     progress("file", n, len(plan.files))
-            if dry_run:
-                table._set_snapshot(base)
-                return _report(table, before, base.version, None, built, fingerprint,
-                               noop=False, dry_run=True, attempts=0)
-            commit_id, snapshot, attempts = _commit(table, plan, built, fingerprint)
-        except CommitConflict:
-            _discard(table.store, built)
+            commit_id, snapshot, attempts = _commit(ctx, plan, built, fingerprint, started)
+        except ConcurrentModification:
+            _discard(ctx.store, built)
             if attempt == max_replans:
                 raise
             continue  # a purged file changed under us: plan again on the new version
         except BaseException as exc:
             if not _outcome_unknown(exc):
-                _discard(table.store, built)
+                _discard(ctx.store, built)
             raise
-        table._set_snapshot(snapshot)
-        return _report(table, before, snapshot.version, commit_id, built, fingerprint,
+        return _report(ctx, started, snapshot.version, commit_id, built, fingerprint,
                        noop=False, dry_run=False, attempts=attempts + attempt)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -442,9 +439,9 @@ def _discard(store: ObjectStore, built: list[_Built]) -> None:
                 store.delete(b.new_file.path)
 
 
-def _commit(table: Table, plan: _Plan, built: list[_Built], fingerprint: str
-            ) -> tuple[str, Snapshot, int]:
-    store = table.store
+def _commit(ctx: TableContext, plan: _Plan, built: list[_Built], fingerprint: str,
+            started: dict[str, int]) -> tuple[str, Snapshot, int]:
+    store = ctx.store
     entries = [b.deletes for b in built if b.deletes is not None]
     counts = {b.new_file.path: b.hidden for b in built
               if b.deletes is not None and b.new_file is not None}
@@ -458,27 +455,28 @@ def _commit(table: Table, plan: _Plan, built: list[_Built], fingerprint: str
         tkey = tombstone_key()
         etag = store.put(tkey, data, mode=PutMode.CREATE)
         refs = (TombstoneRef(tkey, len(data), etag, counts),)
-    watched = {fp.file.path for fp in plan.files} | set(plan.carried)
+    # A commit since the plan that removed a purged file or added a tombstone naming
+    # it (or a file whose entry is re-recorded) would be lost: plan again instead.
+    watched = frozenset({fp.file.path for fp in plan.files} | set(plan.carried))
     added = tuple(b.new_file for b in built if b.new_file is not None)
     removed = tuple(fp.file for fp in plan.files)
     params = {"predicate_hmac": fingerprint, "files_rewritten": str(len(built)),
               "rows_erased": str(sum(b.result.rows_erased for b in built))}
 
     def prepare(base: Snapshot) -> Changes | None:
-        if touched_since(table.io, plan.base, base, watched):
-            raise CommitConflict("a file being purged was changed by a concurrent commit",
-                                 help="run purge again")
         return Changes(PURGE, add_files=added, remove_files=removed, add_tombstones=refs,
                        rows_deleted=sum(b.hidden for b in built), params=params)
 
-    outcome = commit_with_retry(table.io, prepare, policy=table.commit_policy)
-    return outcome.commit_id, outcome.snapshot, outcome.attempts
+    result = run_operation(ctx, PURGE, prepare,
+                           requirements=(FilesUntouchedSince(plan.base, watched, PURGE),),
+                           started=started)
+    return result.commit_id, ctx.snapshot, result.attempts
 
 
-def _report(table: Table, before: dict[str, int], version: int, commit_id: str | None,
+def _report(ctx: TableContext, before: dict[str, int], version: int, commit_id: str | None,
             built: list[_Built], fingerprint: str, *, noop: bool, dry_run: bool,
             attempts: int) -> PurgeReport:
-    after = table.store.counters.snapshot()
+    after = ctx.meter()
 
     def moved(name: str) -> int:
         return after.get(name, 0) - before.get(name, 0)

@@ -23,7 +23,7 @@ from caslake.format.stats import file_stats
 from caslake.store.base import PutMode
 
 if TYPE_CHECKING:
-    from caslake.table.table import Table
+    from caslake.api import Table
 
 
 def add_parquet_file(table: Table, data: pa.Table, *, row_group_rows: int,

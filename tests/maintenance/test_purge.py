@@ -23,12 +23,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import caslake
+from caslake.api import Table
 from caslake.errors import CorruptMetadata, InvalidArgument, UnknownColumn
 from caslake.format import splice as sp
 from caslake.format.parquet_thrift import decode_file_metadata, footer_length
 from caslake.maintenance import purge as purge_mod
 from caslake.maintenance.verify import verify_table
-from caslake.table.table import Table
 from caslake.testing.parquet_files import add_parquet_file
 
 KiB = 1024

@@ -57,6 +57,7 @@ from hypothesis.stateful import (
 )
 
 import caslake
+from caslake.api import CommitResult, Table
 from caslake.errors import (
     CaslakeError,
     CommitOutcomeUnknown,
@@ -71,7 +72,6 @@ from caslake.store import open_store
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash
 from caslake.store.memory import forget_memory_space
 from caslake.table.commit import CommitPolicy
-from caslake.table.table import CommitResult, Table
 from tests.reliability.test_crash_every_step import list_keys, referenced_keys
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
@@ -408,7 +408,7 @@ class TableMachine(RuleBasedStateMachine):
         def effect(base: list[Row]) -> Effect:
             io = self.observer.io
             snap = io.at_version(io.latest(), len(self.model) - 1)
-            work = plan_compaction(self.observer, snap, target_file_size=1 << 20,
+            work = plan_compaction(self.observer.context, snap, target_file_size=1 << 20,
                                    deleted_fraction=0.1)
             return Effect(base, 0, work is not None)
 
@@ -434,7 +434,7 @@ class TableMachine(RuleBasedStateMachine):
             io = self.observer.io
             snap = io.at_version(io.latest(), len(self.model) - 1)
             kept = [r for r in base if not pred.holds(r)]
-            stored = bool(purge_mod._plan(self.observer, snap, pred.sql).files)
+            stored = bool(purge_mod._plan(self.observer.context, snap, pred.sql).files)
             return Effect(kept, len(base) - len(kept), stored)
 
         version = len(self.model)
