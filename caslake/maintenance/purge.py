@@ -60,9 +60,9 @@ from caslake.expr.nodes import to_sql
 from caslake.format import splice as sp
 from caslake.format.keys import data_file_key, tombstone_key
 from caslake.format.manifest import DataFile, TombstoneRef
+from caslake.format.parquet import file_stats
 from caslake.format.parquet_thrift import decode_file_metadata, footer_length
 from caslake.format.schema import TableSchema
-from caslake.format.stats import file_stats
 from caslake.format.tombstone import FileDeletes, Tombstone
 from caslake.store.base import ComposePart, CopyFrom, ObjectStore, PutMode
 from caslake.table.changes import Changes
@@ -71,7 +71,7 @@ from caslake.table.deletion_mask import DeletionMask, load_masks
 from caslake.table.metadata_io import Snapshot
 from caslake.table.requirements import FilesUntouchedSince
 from caslake.table.runner import TableContext, noop_result, run_operation
-from caslake.table.scan import Scan
+from caslake.table.scan import Scan, SnapshotSubset
 
 PURGE = "purge"
 SPLICE = "splice"
@@ -236,8 +236,8 @@ def _all_deleted(ctx: TableContext, bare: Snapshot, f: DataFile, fmd: Any,
     key_values = None
     if mask.key_ranges:
         cols = sorted(mask.key_columns())
-        key_values = Scan(ctx.io, ctx.footers, bare, cols, None, ctx.tombstones,
-                          only_files=[f.path]).to_arrow()
+        key_values = Scan(ctx.io, ctx.footers, SnapshotSubset.of(bare, [f]), cols, None,
+                          ctx.tombstones).to_arrow()
     return mask.deleted_positions([int(rg.num_rows) for rg in fmd.row_groups], key_values)
 
 

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 
 from caslake.format.keys import data_file_key
 from caslake.format.manifest import DataFile
+from caslake.format.parquet import file_stats
 from caslake.format.parquet_thrift import footer_length
-from caslake.format.stats import file_stats
 from caslake.store.base import PutMode
 
 if TYPE_CHECKING:
