@@ -387,6 +387,10 @@ def build_parser() -> argparse.ArgumentParser:
     sh = table_cmd("show", "version, files, rows, bytes and tombstones")
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(fn=cmd_show)
+
+    from caslake.cli_dataset import add_dataset_commands  # imports this module: load it late
+
+    add_dataset_commands(sub)
     return p
 
 

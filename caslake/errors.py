@@ -16,6 +16,11 @@ subclasses are grouped by what the caller should do about them:
   ``caslake verify``; do not retry blindly.
 * :class:`StoreError` and its subclasses -- the object store said no, or could
   not be reached.
+* Datasets (:mod:`caslake.dataset`, RFC-0008) reuse the groups above:
+  :class:`DatasetNotFound` is a :class:`NotFound`, :class:`DatasetAlreadyExists`
+  an :class:`AlreadyExists`, :class:`DatasetConflict` a :class:`CommitConflict`,
+  :class:`ManifestCorrupted` a :class:`CorruptMetadata`; :class:`DatasetIncomplete`
+  (no ``_SUCCESS``, or a listed part is missing) stands on its own.
 
 Lower-layer exceptions (obstore, botocore, OSError, json) are mapped to these
 in exactly one place per layer; they never escape the public API.
@@ -196,3 +201,47 @@ class PutOutcomeUnknown(StoreError):
 
 class StoreConfigError(StoreError):
     """The store URI or its options are unusable (bad URI, credentials, bucket)."""
+
+
+# --- datasets (caslake.dataset, RFC-0008) ----------------------------------------
+
+
+class DatasetNotFound(NotFound):
+    """No dataset manifest exists at the dataset key."""
+
+
+class DatasetAlreadyExists(AlreadyExists):
+    """``write_dataset`` without ``overwrite=True`` found a dataset at the key
+    (or a manifest whose writer has not finished or crashed)."""
+
+
+class DatasetConflict(CommitConflict):
+    """An overwrite lost the race: another writer switched the dataset after this
+    write started.  Nothing of this write became visible."""
+
+
+class DatasetIncomplete(CaslakeError):
+    """The dataset cannot be read whole: ``_SUCCESS`` is missing, or a part the
+    manifest lists is missing or changed.  Never a partial read: wait for the
+    writer, or write the dataset again."""
+
+    def __init__(self, message: str, *, dataset_key: str, part: str | None = None) -> None:
+        super().__init__(message)
+        self.dataset_key = dataset_key
+        self.part = part
+
+
+class ManifestCorrupted(CorruptMetadata):
+    """A dataset's ``manifest.json`` is not valid JSON, lacks a field, has a field
+    of the wrong type, or disagrees with its parts (row count, schema hash)."""
+
+    def __init__(self, key: str, reason: str, *, part: str | None = None) -> None:
+        super().__init__(key, reason)
+        self.part = part
+
+
+# --- optional extras --------------------------------------------------------------
+
+
+class MissingDependency(CaslakeError):
+    """An optional extra is not installed; the message says what to install."""

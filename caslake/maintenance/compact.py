@@ -36,7 +36,7 @@ from caslake.table.changes import Changes
 from caslake.table.metadata_io import Snapshot
 from caslake.table.requirements import FilesUntouchedSince
 from caslake.table.runner import CommitResult, TableContext, noop_result, run_operation
-from caslake.table.scan import Scan
+from caslake.table.scan import Scan, SnapshotSubset
 from caslake.table.write import write_data_files
 
 COMPACT = "compact"
@@ -111,8 +111,8 @@ def compact(ctx: TableContext, *, target_file_size: int | None = None,
 def _rewrite(ctx: TableContext, plan: CompactionPlan, target: int) -> tuple[DataFile, ...]:
     if not plan.rewrite:
         return ()
-    scan = Scan(ctx.io, ctx.footers, plan.base, None, None, ctx.tombstones,
-                only_files=[f.path for f in plan.rewrite])
+    scan = Scan(ctx.io, ctx.footers, SnapshotSubset.of(plan.base, plan.rewrite), None, None,
+                ctx.tombstones)
     options = ctx.write_options
     if options.target_file_size != target:
         options = replace(options, target_file_size=target)

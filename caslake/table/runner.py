@@ -27,7 +27,7 @@ from caslake.table.changes import Changes, Requirement
 from caslake.table.commit import CommitPolicy, commit_with_retry
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.scan import FooterCache
+from caslake.table.footers import FooterCache
 from caslake.table.write import WriteOptions
 
 

@@ -20,6 +20,7 @@ from caslake.errors import (
 from caslake.maintenance.verify import verify_table
 from caslake.store.faults import Fault, FaultyStore
 from caslake.table.commit import CommitPolicy
+from tests.sample_data import live_ids as ids
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
 
@@ -27,10 +28,6 @@ SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
 def rows(lo: int, hi: int) -> pa.Table:
     return pa.table({"id": list(range(lo, hi)), "v": [f"v{i % 97}" for i in range(lo, hi)]},
                     schema=SCHEMA)
-
-
-def ids(t: Table, **kw: object) -> list[int]:
-    return sorted(t.scan(**kw).to_arrow().column("id").to_pylist())  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=["memory", "local", pytest.param("s3", marks=pytest.mark.s3)])
