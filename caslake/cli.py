@@ -8,16 +8,19 @@ stderr when it is a terminal (or with ``--progress``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import pyarrow as pa
 
 from caslake.api import Table, create_table, open_table
+from caslake.cli_dataset import add_dataset_commands
+from caslake.cli_output import emit_json as _emit_json
+from caslake.cli_output import print_table as _print_table
+from caslake.cli_output import storage_options as _storage_options
 from caslake.errors import CaslakeError, InvalidArgument
 
 EXIT_ERROR = 1
@@ -48,18 +51,6 @@ class Progress:
             self.out.write(f"\r{self.label}: {self.rows:,} rows in "
                            f"{time.monotonic() - self.start:.1f}s\n")
             self.out.flush()
-
-
-def _storage_options(pairs: Sequence[str] | None) -> dict[str, str] | None:
-    if not pairs:
-        return None
-    out = {}
-    for p in pairs:
-        if "=" not in p:
-            raise InvalidArgument(f"--storage-option {p!r} must look like KEY=VALUE")
-        k, v = p.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
 
 
 def _open_input(path: str, fmt: str | None) -> pa.RecordBatchReader:
@@ -94,34 +85,6 @@ def _counted(reader: pa.RecordBatchReader, progress: Progress) -> pa.RecordBatch
         except pa.ArrowException as e:
             raise InvalidArgument(f"cannot read input: {e}") from None
     return pa.RecordBatchReader.from_batches(reader.schema, gen())
-
-
-def _print_table(table: pa.Table, out: TextIO, limit: int | None) -> None:
-    rows = table.to_pylist()
-    cols = table.column_names
-    cells = [[_cell(r[c]) for c in cols] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
-    out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip() + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    for row in cells:
-        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")
-    shown = f"{len(rows)} row{'s' if len(rows) != 1 else ''}"
-    out.write(f"({shown}{', limited' if limit is not None and len(rows) >= limit else ''})\n")
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return "NULL"
-    s = str(v)
-    return s if len(s) <= 60 else s[:57] + "..."
-
-
-def _json_default(v: Any) -> Any:
-    return str(v)
-
-
-def _emit_json(obj: Any, out: TextIO) -> None:
-    out.write(json.dumps(obj, default=_json_default, indent=2) + "\n")
 
 
 def cmd_create(args: argparse.Namespace, out: TextIO) -> int:
@@ -387,8 +350,6 @@ def build_parser() -> argparse.ArgumentParser:
     sh = table_cmd("show", "version, files, rows, bytes and tombstones")
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(fn=cmd_show)
-
-    from caslake.cli_dataset import add_dataset_commands  # imports this module: load it late
 
     add_dataset_commands(sub)
     return p

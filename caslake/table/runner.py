@@ -26,8 +26,8 @@ from caslake.store.base import ObjectStore
 from caslake.table.changes import Changes, Requirement
 from caslake.table.commit import CommitPolicy, commit_with_retry
 from caslake.table.deletion_mask import TombstoneCache
-from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.footers import FooterCache
+from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.write import WriteOptions
 
 
