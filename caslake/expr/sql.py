@@ -355,6 +355,8 @@ class _Translator:
         mapped = _FUNCS.get(type(node))
         if mapped is not None:
             return self.function(node, *mapped)
+        if type(node) in _NAMES:
+            raise _unsupported(node)
         if isinstance(node, exp.Func) and not isinstance(node, exp.Predicate | exp.Connector):
             raise UnknownFunction(node.sql_name().lower(), sorted(set(FUNCTIONS) - {"negate"}))
         if isinstance(node, exp.Predicate | exp.Connector | exp.Not):

@@ -278,7 +278,7 @@ def _sql_value(value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise Unrenderable(value)
-        return repr(value)
+        return repr(value) + ("" if "e" in repr(value) else "e0")  # 1.5 alone is a DECIMAL
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     if isinstance(value, datetime):
