@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 import struct
 from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-
-from decimal import Decimal
 
 from caslake.errors import (
     AmbiguousColumn,
@@ -29,10 +28,10 @@ from caslake.expr import (
     Expr,
     In,
     IsNull,
+    Like,
     Literal,
     Not,
     Or,
-    Like,
     bind,
     col,
     compile_where,
@@ -449,8 +448,8 @@ def test_column_names_resolve_case_insensitively_when_unambiguous(where: str,
 def test_ambiguous_column_is_a_typed_error_naming_the_candidates() -> None:
     with pytest.raises(AmbiguousColumn) as info:
         compile_where('"x " = 1 OR dest = \'a\' OR DEST = \'b\' OR Dest IS NULL', pa.schema(
-            [pa.field("Dest", pa.string()), pa.field("DEST", pa.string()), pa.field("x ", pa.int8()),
-             pa.field("dEsT", pa.string())]))
+            [pa.field("Dest", pa.string()), pa.field("DEST", pa.string()),
+             pa.field("x ", pa.int8()), pa.field("dEsT", pa.string())]))
     assert info.value.column == "dest" and "'Dest'" in str(info.value)
     assert isinstance(info.value, InvalidPredicate)
 
@@ -547,5 +546,5 @@ def test_evaluation_failure_is_a_typed_error() -> None:
     table = pa.table({"s": ["1", "x"]})
     bound = compile_where("CAST(s AS INTEGER) > 0", table.schema)
     assert bound is not None
-    with pytest.raises(PredicateEvaluationError, match="CAST|parse"):
+    with pytest.raises(PredicateEvaluationError, match=r"CAST|parse"):
         filter_table(table, bound)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from collections.abc import Callable
 from enum import IntEnum
 
 import pyarrow as pa
