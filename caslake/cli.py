@@ -17,8 +17,8 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
+from caslake.api import Table, create_table, open_table
 from caslake.errors import CaslakeError, InvalidArgument
-from caslake.table.table import Table, create_table, open_table
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -387,6 +387,10 @@ def build_parser() -> argparse.ArgumentParser:
     sh = table_cmd("show", "version, files, rows, bytes and tombstones")
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(fn=cmd_show)
+
+    from caslake.cli_dataset import add_dataset_commands  # imports this module: load it late
+
+    add_dataset_commands(sub)
     return p
 
 

@@ -145,6 +145,15 @@ class Manifest:
     # to them is VersionNotFound); carried forward by every commit.
     oldest_version: int = 0
 
+    def deleted_rows_per_file(self) -> dict[str, int]:
+        """Rows the tombstones delete in each data file that has any (one live
+        tombstone per file, but older manifests may hold several: they add up)."""
+        out: dict[str, int] = {}
+        for ref in self.tombstones:
+            for path, n in ref.files.items():
+                out[path] = out.get(path, 0) + n
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "format": MANIFEST_FORMAT,

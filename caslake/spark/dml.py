@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
+from caslake.api import CommitResult, open_table
 from caslake.errors import (
     CommitConflict,
     InvalidArgument,
@@ -50,7 +51,7 @@ from caslake.errors import (
 from caslake.expr import Expr
 from caslake.format.keys import new_token
 from caslake.format.manifest import Manifest, TombstoneRef
-from caslake.spark.source import _table_schema_from_json, data_file_from_json
+from caslake.spark.messages import data_file_from_json, table_schema_from_json
 from caslake.spark.types import conform_for_read, conform_for_write, spark_type_for
 from caslake.spark.write import WriteTarget
 from caslake.store import open_store
@@ -66,8 +67,7 @@ from caslake.table.delete import (
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.scan import POSITION, FileTask, FooterCache, Scan
-from caslake.table.table import CommitResult, open_table
-from caslake.table.transaction import Transaction
+from caslake.table.transaction import Transaction, upsert_keys
 
 # Upserts with at most this many distinct keys send the key set to every task
 # (a broadcast); larger key sets are matched by a Spark semi-join.
@@ -127,7 +127,7 @@ def group_scan(job: MatchJob, group: FileGroup, cond: Condition) -> Scan:
     that holds only the group's files (and their tombstones), restricted to the
     row groups the driver planned."""
     store = open_store(job.uri, job.storage_options or None)
-    schema = _table_schema_from_json(job.schema)
+    schema = table_schema_from_json(job.schema)
     files = tuple(data_file_from_json(d, schema) for d in group.files)
     refs = tuple(TombstoneRef(str(r["path"]), int(r["size"]), str(r["etag"]),
                               {str(p): int(n) for p, n in r["files"].items()})
@@ -264,7 +264,7 @@ def delete(spark: SparkSession, uri: str, where: str | Expr, *,
     matches nothing creates no version.  ``read_version``: see ``Table.delete``."""
     where = check_where(where)
     table = open_table(uri, storage_options=storage_options)
-    tx = Transaction(table, read_version=read_version,
+    tx = Transaction(table.context, read_version=read_version,
                      planner=spark_planner(spark, uri, storage_options))
     tx.delete(where)
     tx.stage("delete", params={"engine": "spark"})
@@ -301,18 +301,11 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
     evaluated twice (its rows, then its keys): persist it first if it is costly
     or not deterministic.  Up to ``broadcast_keys_limit`` distinct keys are
     sent to every task; more are matched with a Spark semi-join."""
-    keys = [key] if isinstance(key, str) else list(key)
-    if not keys:
-        raise InvalidArgument("upsert needs at least one key column")
     if broadcast_keys_limit < 0:
         raise InvalidArgument("broadcast_keys_limit must be >= 0")
     table = open_table(uri, storage_options=storage_options)
     target = table.schema
-    for k in keys:
-        if k not in df.columns:
-            raise SchemaMismatch(f"upsert key column {k!r} is not in the data", column=k)
-        if k not in target.names:
-            raise SchemaMismatch(f"upsert key column {k!r} is not in the table", column=k)
+    keys = upsert_keys(key, df.columns, target.names)
     for f in target:
         if not f.nullable and f.name not in df.columns:
             raise SchemaMismatch(f"column {f.name!r} ({f.type}, not null) is missing from "
@@ -344,7 +337,7 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
                 first_plan_failed = plans == 1
                 raise
 
-        tx = Transaction(table, planner=planner)
+        tx = Transaction(table.context, planner=planner)
         tx.stage("upsert", files=files, conditions=[cond] if cond is not None else [],
                  params={"key": ",".join(keys), "engine": "spark"})
         provable = False

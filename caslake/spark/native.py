@@ -55,6 +55,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from caslake.api import Table, open_table
 from caslake.errors import CorruptMetadata, InvalidArgument, SchemaMismatch
 from caslake.format.manifest import DataFile, Manifest
 from caslake.spark.types import spark_schema_for
@@ -62,7 +63,6 @@ from caslake.store import LocalStore, ObjectStore, S3Store
 from caslake.table.deletion_mask import DeletionMask, load_masks
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.scan import Scan
-from caslake.table.table import Table, open_table
 
 # Deletions up to this many rows are broadcast to every task (a hash anti-join
 # with no shuffle); more are left to Spark's join planning.

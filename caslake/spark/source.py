@@ -38,14 +38,15 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from caslake.api import open_table
 from caslake.errors import (
     InvalidArgument,
     SchemaMismatch,
 )
 from caslake.expr import Expr
-from caslake.format.manifest import DataFile, Manifest, TombstoneRef, parse_data_file
-from caslake.format.schema import Field, TableSchema
+from caslake.format.manifest import Manifest, TombstoneRef
 from caslake.spark.filters import split_filters
+from caslake.spark.messages import data_file_from_json, table_schema_from_json
 from caslake.spark.types import (
     conform_for_read,
     spark_schema_for,
@@ -56,7 +57,6 @@ from caslake.store.base import ObjectStore
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.scan import FooterCache, Scan
-from caslake.table.table import open_table
 
 if TYPE_CHECKING:  # imported where used: these modules import this one
     from caslake.spark.stream import CaslakeStreamWriter
@@ -125,17 +125,6 @@ class ReadOptions:
         return ReadOptions(uri, storage_options_from(options), version, ts, columns)
 
 
-def _table_schema_from_json(js: Mapping[str, Any]) -> TableSchema:
-    return TableSchema(tuple(Field(int(f["id"]), str(f["name"]), str(f["type"]),
-                                   bool(f["nullable"])) for f in js["fields"]),
-                       schema_id=int(js.get("schema_id", 0)))
-
-
-def data_file_from_json(obj: Mapping[str, Any], schema: TableSchema) -> DataFile:
-    """Parse a ``DataFile.to_json()`` dict back, validated by the manifest codec."""
-    return parse_data_file(dict(obj), schema, source="spark commit message")
-
-
 # --- reading ----------------------------------------------------------------------
 
 
@@ -195,7 +184,7 @@ def read_partition(p: CaslakePartition, store: ObjectStore | None = None
     and options), e.g. to observe its request counters."""
     if store is None:
         store = open_store(p.uri, p.storage_options or None)
-    schema = _table_schema_from_json(p.schema)
+    schema = table_schema_from_json(p.schema)
     data_file = data_file_from_json(p.file, schema)
     refs = tuple(TombstoneRef(path, size, etag, {data_file.path: n})
                  for path, size, etag, n in p.tombstones)
@@ -235,7 +224,7 @@ class CaslakeReader(DataSourceReader):
         self.where: Expr | None = None
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:
-        arrow = _table_schema_from_json(self.table_schema).to_arrow()
+        arrow = table_schema_from_json(self.table_schema).to_arrow()
         self.where, rest = split_filters(list(filters), arrow)
         return rest
 

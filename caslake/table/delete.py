@@ -212,7 +212,7 @@ def build_tombstone(plan: DeletePlan, *, table_id: str, commit_id: str,
     dropped: list[DataFile] = []
     totals: dict[str, int] = {}
     new_rows = 0
-    deleted_before = _deleted_counts(plan.base)
+    deleted_before = plan.base.manifest.deleted_rows_per_file()
     for path, new in plan.per_file.items():
         data_file, mask, starts, group_rows = plan.tasks[path]
         before = deleted_before.get(path, 0)
@@ -245,14 +245,6 @@ def build_tombstone(plan: DeletePlan, *, table_id: str, commit_id: str,
     tomb = (Tombstone(plan.base.manifest.table_id, commit_id, tuple(entries))
             if entries else None)
     return TombstoneDraft(tomb, dropped, totals, new_rows)
-
-
-def _deleted_counts(snap: Snapshot) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for ref in snap.manifest.tombstones:
-        for p, n in ref.files.items():
-            out[p] = out.get(p, 0) + n
-    return out
 
 
 def write_delete(io: MetadataIO, plan: DeletePlan, *, commit_id: str,

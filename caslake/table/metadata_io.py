@@ -1,6 +1,7 @@
 """Reading the pointer and manifests, with an in-process cache of immutable manifests.
 
-Owns: GET of ``_latest_manifest`` and ``manifest/*``, resolution of segment
+Owns: GET of the pointer (``_latest_manifest`` for ``main``; the key is a
+parameter, so a ref can have its own) and ``manifest/*``, resolution of segment
 references into a live file list, and time travel by version or timestamp
 through the ancestors' skip pointers (O(log n) manifest GETs).
 Never writes.
@@ -33,22 +34,25 @@ class Snapshot:
 
 
 class MetadataIO:
-    def __init__(self, store: ObjectStore, *, cache_size: int = 256) -> None:
+    def __init__(self, store: ObjectStore, *, cache_size: int = 256,
+                 pointer_key: str = POINTER_KEY) -> None:
         self.store = store
+        self.pointer_key = pointer_key  # the ref this IO reads by default
         self._cache: OrderedDict[str, Manifest] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
     # --- pointer and manifests -------------------------------------------------
 
-    def read_pointer(self) -> tuple[Pointer, str]:
-        """The pointer and its ETag.  Raises TableNotFound if there is none."""
+    def read_pointer(self, pointer_key: str | None = None) -> tuple[Pointer, str]:
+        """The pointer (``pointer_key``, default this IO's) and its ETag.  Raises
+        TableNotFound if there is none."""
+        key = pointer_key or self.pointer_key
         try:
-            res = self.store.get(POINTER_KEY)
+            res = self.store.get(key)
         except NotFound:
-            raise TableNotFound(
-                f"no table at {self.store.uri} ({POINTER_KEY} is missing)") from None
-        return parse_pointer(res.data, POINTER_KEY), res.etag
+            raise TableNotFound(f"no table at {self.store.uri} ({key} is missing)") from None
+        return parse_pointer(res.data, key), res.etag
 
     def remember(self, key: str, manifest: Manifest) -> None:
         with self._lock:
@@ -79,8 +83,8 @@ class MetadataIO:
         with ThreadPoolExecutor(max_workers=min(16, len(keys))) as pool:
             return list(pool.map(self.load_manifest, keys))
 
-    def latest(self) -> Snapshot:
-        pointer, _ = self.read_pointer()
+    def latest(self, pointer_key: str | None = None) -> Snapshot:
+        pointer, _ = self.read_pointer(pointer_key)
         return self.snapshot_for_pointer(pointer)
 
     def snapshot_for_pointer(self, pointer: Pointer) -> Snapshot:

@@ -34,11 +34,11 @@ import pyarrow as pa
 import pytest
 
 import caslake
-from caslake.errors import CommitConflict
+from caslake.api import Table
+from caslake.errors import ConcurrentModification
 from caslake.format.keys import TOMBSTONE_PREFIX
 from caslake.store import open_store
 from caslake.table.commit import CommitPolicy
-from caslake.table.table import Table
 from caslake.table.write import WriteOptions
 from tests.deletes.helpers import HookStore
 
@@ -235,7 +235,7 @@ def test_delete_racing_an_overwrite_replans_or_conflicts(any_store_uri) -> None:
     a, store, b_out = racing(uri, opts, lambda b: b.overwrite(new_data))
     try:
         res = a.delete("id BETWEEN 10 AND 19")
-    except CommitConflict:
+    except ConcurrentModification:
         res = None
     assert store.fired == 1
     (b_res,) = b_out
@@ -260,7 +260,7 @@ def test_overwrite_racing_a_delete_conflicts_or_replaces_everything(any_store_ur
     a, store, b_out = racing(uri, opts, lambda b: b.delete("id BETWEEN 10 AND 19"))
     try:
         res = a.overwrite(rows(range(50), "new"))
-    except CommitConflict:
+    except ConcurrentModification:
         res = None
     assert store.fired == 1
     (b_res,) = b_out

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.api import Table
 from caslake.cli import main as cli_main
 from caslake.errors import CaslakeError, InvalidArgument, VersionNotFound
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX, data_file_key
@@ -18,7 +19,6 @@ from caslake.maintenance.verify import verify_table
 from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
 from caslake.table.metadata_io import MetadataIO
-from caslake.table.table import Table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
 LATER = timedelta(days=30)  # "now" for a GC run that finds everything old
