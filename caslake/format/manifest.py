@@ -360,6 +360,12 @@ def parse_data_file(obj: object, schema: TableSchema, *, source: str) -> DataFil
     return _parse_data_file(_Doc(source, obj), schema)
 
 
+def parse_table_schema(obj: object, *, source: str) -> TableSchema:
+    """Validate a ``TableSchema.to_json()`` object (e.g. from a Spark commit message)
+    with the manifest's own schema parser; defects are CorruptMetadata naming ``source``."""
+    return _parse_schema(_Doc(source, obj))
+
+
 def parse_manifest(data: bytes, key: str) -> Manifest:
     doc = _Doc(key, _load_json(data, key))
     fv = _check_header(doc, MANIFEST_FORMAT)

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from caslake.format.manifest import DataFile, parse_data_file
-from caslake.format.schema import Field, TableSchema
+from caslake.format.manifest import DataFile, parse_data_file, parse_table_schema
+from caslake.format.schema import TableSchema
 
 
-def table_schema_from_json(js: Mapping[str, Any]) -> TableSchema:
-    return TableSchema(tuple(Field(int(f["id"]), str(f["name"]), str(f["type"]),
-                                   bool(f["nullable"])) for f in js["fields"]),
-                       schema_id=int(js.get("schema_id", 0)))
+def table_schema_from_json(obj: Mapping[str, Any]) -> TableSchema:
+    """Parse a ``TableSchema.to_json()`` dict back, validated by the manifest codec
+    (the one schema parser: a bad message is ``CorruptMetadata``, never a KeyError)."""
+    return parse_table_schema(dict(obj), source="spark commit message")
 
 
 def data_file_from_json(obj: Mapping[str, Any], schema: TableSchema) -> DataFile:

@@ -9,8 +9,6 @@ Never writes.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ from caslake.errors import CorruptMetadata, NotFound, TableNotFound, VersionNotF
 from caslake.format.keys import POINTER_KEY
 from caslake.format.manifest import DataFile, Manifest, Pointer, parse_manifest, parse_pointer
 from caslake.store.base import ObjectStore
+from caslake.table.cache import LruCache
 
 
 @dataclass(frozen=True)
@@ -38,9 +37,7 @@ class MetadataIO:
                  pointer_key: str = POINTER_KEY) -> None:
         self.store = store
         self.pointer_key = pointer_key  # the ref this IO reads by default
-        self._cache: OrderedDict[str, Manifest] = OrderedDict()
-        self._cache_size = cache_size
-        self._lock = threading.Lock()
+        self._cache: LruCache[str, Manifest] = LruCache(cache_size)  # keys are never reused
 
     # --- pointer and manifests -------------------------------------------------
 
@@ -55,26 +52,18 @@ class MetadataIO:
         return parse_pointer(res.data, key), res.etag
 
     def remember(self, key: str, manifest: Manifest) -> None:
-        with self._lock:
-            self._cache[key] = manifest
-            self._cache.move_to_end(key)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+        self._cache.put(key, manifest)
 
     def load_manifest(self, key: str) -> Manifest:
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
+        return self._cache.get_or_load(key, lambda: self._fetch_manifest(key))
+
+    def _fetch_manifest(self, key: str) -> Manifest:
         try:
             res = self.store.get(key)
         except NotFound:
             raise CorruptMetadata(key, "the manifest is missing (referenced but not on storage)"
                                   ) from None
-        manifest = parse_manifest(res.data, key)
-        self.remember(key, manifest)
-        return manifest
+        return parse_manifest(res.data, key)
 
     def load_manifests(self, keys: Iterable[str]) -> list[Manifest]:
         keys = list(keys)

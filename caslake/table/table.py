@@ -38,10 +38,11 @@ from caslake.store.base import ObjectStore, PutMode
 from caslake.table.changes import check_txn, txn_applied, write_prepare
 from caslake.table.commit import CommitPolicy
 from caslake.table.deletion_mask import TombstoneCache
+from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.requirements import write_requirements
 from caslake.table.runner import CommitResult, TableContext, noop_result, run_operation
-from caslake.table.scan import FooterCache, Scan
+from caslake.table.scan import Scan
 from caslake.table.transaction import Transaction
 from caslake.table.write import WriteOptions, as_reader, write_data_files
 

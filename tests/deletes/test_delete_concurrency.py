@@ -41,18 +41,13 @@ from caslake.store import open_store
 from caslake.table.commit import CommitPolicy
 from caslake.table.write import WriteOptions
 from tests.deletes.helpers import HookStore
+from tests.sample_data import ID_V_SCHEMA as SCHEMA
+from tests.sample_data import id_v_rows as rows
 
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 FAST = CommitPolicy(max_attempts=200, base_backoff_s=0.001, max_backoff_s=0.05, settle_attempts=3)
 LAYOUT = WriteOptions(row_group_size=300)  # 100 rows -> one file of several row groups
 BASE = range(100)
 WORKER = Path(__file__).with_name("delete_worker.py")
-
-
-def rows(ids: range | list[int], tag: str = "r") -> pa.Table:
-    ids = list(ids)
-    return pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array([f"{tag}{i}" for i in ids])},
-                    schema=SCHEMA)
 
 
 def ids_at(t: Table, version: int | None = None) -> list[int]:
