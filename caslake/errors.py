@@ -133,6 +133,40 @@ class InvalidSchemaChange(UserInputError):
     def __init__(self, message: str, *, column: str | None = None) -> None:
         super().__init__(message)
         self.column = column
+class AmbiguousColumn(InvalidPredicate):
+    """A column name matches several columns case-insensitively and none exactly."""
+
+    def __init__(self, column: str, candidates: list[str]) -> None:
+        super().__init__(
+            f"column {column!r} is ambiguous: it matches {', '.join(map(repr, candidates))} "
+            "ignoring case; write the exact name (double-quoted in SQL)"
+        )
+        self.column = column
+        self.candidates = candidates
+
+
+class PredicateSyntaxError(InvalidPredicate):
+    """A SQL ``where`` text does not parse; the message gives the position."""
+
+
+class UnknownFunction(InvalidPredicate):
+    """A predicate calls a function caslake does not evaluate."""
+
+    def __init__(self, name: str, available: list[str]) -> None:
+        super().__init__(
+            f"unknown function {name!r}; supported functions: {', '.join(available)}"
+        )
+        self.function = name
+        self.available = available
+
+
+class UnsupportedExpression(InvalidPredicate):
+    """A predicate uses a SQL construct caslake does not evaluate (named in the message)."""
+
+
+class PredicateEvaluationError(InvalidPredicate):
+    """Evaluating a predicate on the data failed (a CAST that cannot convert a
+    value, an integer overflow in arithmetic); nothing is returned or changed."""
 
 
 # --- table state ------------------------------------------------------------
@@ -279,6 +313,11 @@ class PutOutcomeUnknown(StoreError):
 
 class StoreConfigError(StoreError):
     """The store URI or its options are unusable (bad URI, credentials, bucket)."""
+
+
+class StoreCapabilityUnsupported(StoreError):
+    """The backend does not offer an optional capability (e.g. an S3-compatible endpoint
+    that rejects UploadPartCopy).  Callers fall back to a path without it."""
 
 
 # --- datasets (caslake.dataset, RFC-0008) ----------------------------------------

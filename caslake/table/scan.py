@@ -34,8 +34,17 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from caslake.errors import CorruptMetadata, InvalidArgument, UnknownColumn
-from caslake.expr import Expr, compile_where, might_match, referenced_columns, to_arrow
+from caslake.errors import CorruptMetadata, InvalidArgument
+from caslake.expr import (
+    Expr,
+    compile_where,
+    filter_table,
+    is_computed,
+    might_match,
+    referenced_columns,
+    resolve_column,
+    to_arrow,
+)
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.parquet import SCAN_FORMAT, VERIFY_PAGE_CHECKSUMS, FooterInfo
 from caslake.format.schema import TableSchema, type_to_str
@@ -215,9 +224,8 @@ class Scan:
         if columns is not None:
             if isinstance(columns, str):
                 columns = [columns]
-            for c in columns:
-                if c not in names:
-                    raise UnknownColumn(c, names)
+            # Names resolve as in a where predicate: exact, else unique ignoring case.
+            columns = [c if c in names else resolve_column(c, names) for c in columns]
         self.columns = list(columns) if columns is not None else names
         self._bound = compile_where(where, self._arrow_schema)
         pred_cols = referenced_columns(self._bound) if self._bound is not None else set()
@@ -381,7 +389,8 @@ class Scan:
         """Decode, drop deleted rows, filter, project.  ``with_positions`` adds a
         ``__pos`` column with each surviving row's position in the file."""
         if (task.mask is None and not with_positions and self.columns
-                and self._bound is not None and not task.evolved):
+                and self._bound is not None and not task.evolved
+                and not is_computed(self._bound)):
             path = self._store.local_path(task.file.path, etag=task.footer.etag)
             if path is not None:
                 self._store.counters.record(GET_RANGE, bytes_in=task.footer.chunk_bytes(
@@ -412,7 +421,7 @@ class Scan:
             if keep is not None:
                 table = table.filter(pa.array(keep, pa.bool_()))
         if self._bound is not None:
-            table = table.filter(to_arrow(self._bound))
+            table = filter_table(table, self._bound)
         return table.select([*self.columns, POSITION] if with_positions else self.columns)
 
     def matching_rows(self) -> Iterator[tuple[FileTask, pa.Table]]:
