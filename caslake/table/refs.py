@@ -431,6 +431,10 @@ def merge_changes(io: MetadataIO, target: str, source: str) -> Callable[[Snapsho
                     target=target, source=source)
         if src.version == fork:
             return None
+        if src.manifest.schema != base.manifest.schema:
+            raise BranchDiverged(f"cannot merge {source!r} into {target!r}: their schemas "
+                                 "differ (fast-forward, or apply the schema change to "
+                                 f"{target!r} first)", target=target, source=source)
         at_fork = io.at_version(src, fork)
         before = {f.path: f for f in io.live_files(at_fork)}
         after = {f.path: f for f in io.live_files(src)}

@@ -249,3 +249,12 @@ def test_refs_upgrade_the_table_to_format_2_and_are_listed(table) -> None:  # ty
     assert json.loads(store.get(POINTER_KEY).data)["format_version"] == 2
     with pytest.raises(RefAlreadyExists):
         table.create_branch("release/1")
+
+
+def test_merge_refuses_a_source_whose_schema_changed(table) -> None:  # type: ignore[no-untyped-def]
+    audit = table.create_branch("audit")
+    audit.update_schema().rename_column("v", "w").commit()
+    audit.append(pa.table({"id": pa.array([500], pa.int64()), "w": ["x"]}))
+    with pytest.raises(BranchDiverged):
+        table.merge("audit", into="main")
+    assert ids(table) == list(range(20))
