@@ -93,7 +93,7 @@ class TableSchema:
             fields.append(Field(i, f.name, type_to_str(f.type), f.nullable))
         if not fields:
             raise InvalidArgument("a table needs at least one column")
-        return TableSchema(tuple(fields))
+        return TableSchema(tuple(fields), highest_field_id=len(fields))
 
     def to_arrow(self) -> pa.Schema:
         return pa.schema([

@@ -431,7 +431,8 @@ def merge_changes(io: MetadataIO, target: str, source: str) -> Callable[[Snapsho
                     target=target, source=source)
         if src.version == fork:
             return None
-        if src.manifest.schema != base.manifest.schema:
+        a, b = src.manifest.schema, base.manifest.schema
+        if (a.schema_id, a.fields) != (b.schema_id, b.fields):
             raise BranchDiverged(f"cannot merge {source!r} into {target!r}: their schemas "
                                  "differ (fast-forward, or apply the schema change to "
                                  f"{target!r} first)", target=target, source=source)
