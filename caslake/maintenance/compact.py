@@ -32,6 +32,7 @@ from caslake.format.manifest import DataFile
 from caslake.table.changes import Changes
 from caslake.table.commit import commit_with_retry
 from caslake.table.delete import touched_since
+from caslake.table.history import commit_counts
 from caslake.table.metadata_io import Snapshot
 from caslake.table.scan import Scan
 from caslake.table.write import write_data_files
@@ -110,9 +111,9 @@ def compact(table: Table, *, target_file_size: int | None = None,
         after = table.store.counters.snapshot()
         return CommitResult(
             version=outcome.snapshot.version, commit_id=outcome.commit_id, operation=COMPACT,
-            attempts=outcome.attempts + replans, files_added=len(new_files),
-            rows_added=sum(f.row_count for f in new_files), files_removed=len(plan.removed),
-            noop=outcome.noop, requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
+            attempts=outcome.attempts + replans, noop=outcome.noop,
+            **({} if outcome.noop else commit_counts(outcome.snapshot.manifest)),
+            requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -37,6 +37,7 @@ from caslake.format.manifest import DataFile
 from caslake.format.stats import row_group_stats, to_column_stats
 from caslake.store.base import GET_RANGE, ObjectStore
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
+from caslake.table.interop import ArrowExport
 from caslake.table.metadata_io import MetadataIO, Snapshot
 
 POSITION = "__pos"
@@ -187,8 +188,9 @@ class _SparseFile(io.RawIOBase):
                               " (footer offsets do not match the column chunks)")
 
 
-class Scan:
-    """A planned read of one snapshot.  Build it with ``Table.scan``."""
+class Scan(ArrowExport):
+    """A planned read of one snapshot.  Build it with ``Table.scan``.  DuckDB, Polars
+    and pyarrow read it directly (``__arrow_c_stream__``, :mod:`caslake.table.interop`)."""
 
     def __init__(self, io_: MetadataIO, footers: FooterCache, snapshot: Snapshot,
                  columns: Sequence[str] | None, where: str | Expr | None,
@@ -417,6 +419,9 @@ class Scan:
 
     def to_reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
+
+    def _export_reader(self) -> pa.RecordBatchReader:
+        return self.to_reader()
 
     def to_arrow(self) -> pa.Table:
         return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)

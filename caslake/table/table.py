@@ -32,6 +32,8 @@ from caslake.store.base import ObjectStore, PutMode
 from caslake.table.changes import check_txn, txn_applied, write_prepare
 from caslake.table.commit import CommitPolicy, commit_with_retry
 from caslake.table.deletion_mask import TombstoneCache
+from caslake.table.history import HistoryEntry, commit_counts, complete_summary
+from caslake.table.interop import ArrowExport, deleted_rows_by_file, live_file_list
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.scan import FooterCache, Scan
 from caslake.table.transaction import Transaction
@@ -43,7 +45,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CommitResult:
-    """What one committed operation did, and what it cost in store requests."""
+    """What one committed operation did (the counts of its manifest's summary, as
+    in ``history()``; zero for a no-op), and what it cost in store requests."""
 
     version: int
     commit_id: str
@@ -56,19 +59,6 @@ class CommitResult:
     tombstones_added: int = 0
     noop: bool = False
     requests: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    version: int
-    created_at: datetime
-    operation: str
-    commit_id: str
-    manifest: str
-    params: dict[str, str]
-    summary: dict[str, int]
-    total_rows: int
-    total_files: int
 
 
 def _ts_to_ms(as_of: datetime | str | int | float) -> int:
@@ -86,7 +76,11 @@ def _ts_to_ms(as_of: datetime | str | int | float) -> int:
     raise InvalidArgument(f"as_of must be a datetime, ISO string or epoch ms, not {as_of!r}")
 
 
-class Table:
+class Table(ArrowExport):
+    """``pa.table(t)``, ``duckdb.sql('select ... from t')``, ``pl.DataFrame(t)``,
+    ``t.to_pandas()`` and ``t.to_polars()`` read the latest version (see
+    :mod:`caslake.table.interop`)."""
+
     def __init__(self, store: ObjectStore, snapshot: Snapshot, *,
                  write_options: WriteOptions | None = None,
                  commit_policy: CommitPolicy | None = None) -> None:
@@ -158,17 +152,42 @@ class Table:
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
 
+    def _export_reader(self) -> pa.RecordBatchReader:
+        return self.scan().to_reader()
+
+    def live_files(self, version: int | None = None) -> list[dict[str, Any]]:
+        """The live data files of the latest version (or ``version``): full ``uri``,
+        ``path``, ``rows``, ``deleted_rows`` (rows tombstones hide: another engine
+        reading the file directly sees them) and ``bytes``."""
+        return live_file_list(self.store, self.io, self._resolve(version, None))
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The table properties at the latest version."""
+        return dict(self._resolve(None, None).manifest.properties)
+
+    def set_properties(self, updates: dict[str, str]) -> CommitResult:
+        """Set (add or replace) table properties as one new version."""
+        from caslake.table.changes import Changes
+
+        if not isinstance(updates, dict) or not updates or not all(
+                isinstance(k, str) and k and isinstance(v, str) for k, v in updates.items()):
+            raise InvalidArgument("set_properties needs a non-empty dict of non-empty string "
+                                  f"keys to string values, not {updates!r}")
+        before = self.store.counters.snapshot()
+        outcome = commit_with_retry(
+            self.io, lambda base: Changes("set_properties", properties=dict(updates),
+                                          params={"keys": ",".join(sorted(updates))}),
+            policy=self.commit_policy)
+        self._snapshot = outcome.snapshot
+        after = self.store.counters.snapshot()
+        return CommitResult(version=outcome.snapshot.version, commit_id=outcome.commit_id,
+                            operation="set_properties", attempts=outcome.attempts,
+                            requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
+
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         head = self._resolve(None, None)
-        out = []
-        for s in self.io.history(head, limit):
-            m = s.manifest
-            out.append(HistoryEntry(
-                version=m.version, created_at=datetime.fromtimestamp(m.created_at_ms / 1000, UTC),
-                operation=m.operation, commit_id=m.commit_id, manifest=s.key,
-                params=dict(m.operation_params), summary=dict(m.summary),
-                total_rows=m.totals.live_rows, total_files=m.totals.files))
-        return out
+        return [HistoryEntry.of(s.manifest, s.key) for s in self.io.history(head, limit)]
 
     # --- writes --------------------------------------------------------------------
 
@@ -206,10 +225,8 @@ class Table:
         m = outcome.snapshot.manifest
         return CommitResult(
             version=m.version, commit_id=outcome.commit_id, operation=operation,
-            attempts=outcome.attempts, files_added=0 if outcome.noop else len(files),
-            rows_added=0 if outcome.noop else sum(f.row_count for f in files),
-            files_removed=m.summary.get("removed_files", 0) if not outcome.noop else 0,
-            noop=outcome.noop,
+            attempts=outcome.attempts, noop=outcome.noop,
+            **({} if outcome.noop else commit_counts(m)),
             requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
 
     def delete(self, where: str | Expr, *, read_version: int | None = None) -> CommitResult:
@@ -223,16 +240,19 @@ class Table:
         tx.delete(where)
         return tx.commit()
 
-    def upsert(self, data: Any, key: list[str] | str, *,
-               read_version: int | None = None) -> CommitResult:
+    def upsert(self, data: Any, key: list[str] | str, *, read_version: int | None = None,
+               on_duplicate: str = "error") -> CommitResult:
         """CDC-style change in one commit: delete the current rows whose ``key``
         columns equal a key in ``data``, then append ``data``.
 
         For a read-modify-write (new values computed from rows read at version
         ``v``), pass ``read_version=v``: the upsert then raises CommitConflict
-        instead of committing over a concurrent change to any of those keys."""
+        instead of committing over a concurrent change to any of those keys.
+
+        A key twice in ``data`` raises DuplicateKey; ``on_duplicate="last"`` (or
+        ``"first"``) keeps that row of each key instead."""
         tx = Transaction(self, read_version=read_version)
-        tx.upsert(data, key)
+        tx.upsert(data, key, on_duplicate=on_duplicate)
         return tx.commit()
 
     def transaction(self, *, read_version: int | None = None) -> Transaction:
@@ -262,10 +282,7 @@ class Table:
         snap = self._resolve(None, None)
         m = snap.manifest
         files = self.io.live_files(snap)
-        deleted: dict[str, int] = {}
-        for ref in m.tombstones:
-            for p, n in ref.files.items():
-                deleted[p] = deleted.get(p, 0) + n
+        deleted = deleted_rows_by_file(m)
         return {
             "uri": self.uri, "table_id": m.table_id, "version": m.version,
             "created_at": format_ts(m.created_at_ms), "operation": m.operation,
@@ -295,7 +312,8 @@ def create_table(uri: str, schema: pa.Schema, *, storage_options: dict[str, str]
     commit_id, token = new_token(), new_token()
     manifest = Manifest(table_id=new_token(), version=0, parent=None, commit_id=commit_id,
                         created_at_ms=int(time.time() * 1000), operation="create",
-                        schema=table_schema, properties=dict(properties or {}))
+                        schema=table_schema, properties=dict(properties or {}),
+                        summary=complete_summary({}))
     key = manifest_key(0, token)
     store.put(key, manifest.to_bytes(), mode=PutMode.CREATE)
     pointer = Pointer(manifest.table_id, 0, key, commit_id)

@@ -37,7 +37,9 @@ from caslake.table.delete import (
     touched_since,
     write_delete,
 )
+from caslake.table.history import commit_counts
 from caslake.table.metadata_io import Snapshot
+from caslake.table.upsert_keys import resolve_duplicate_keys
 from caslake.table.write import SchemaConformer, as_reader, write_data_files
 
 if TYPE_CHECKING:
@@ -84,8 +86,10 @@ class Transaction:
         self._ops.append("delete")
         self._params.setdefault("where", str(where))
 
-    def upsert(self, data: Any, key: list[str] | str) -> None:
-        """Delete current rows whose ``key`` equals a key in ``data``; append ``data``."""
+    def upsert(self, data: Any, key: list[str] | str, *, on_duplicate: str = "error") -> None:
+        """Delete current rows whose ``key`` equals a key in ``data``; append ``data``.
+        A key twice in ``data`` is a DuplicateKey error unless ``on_duplicate`` is
+        "last" or "first" (see :mod:`caslake.table.upsert_keys`)."""
         self._check_open()
         keys = [key] if isinstance(key, str) else list(key)
         if not keys:
@@ -97,9 +101,9 @@ class Transaction:
                 raise SchemaMismatch(f"upsert key column {k!r} is not in the data", column=k)
             if k not in schema.names:
                 raise SchemaMismatch(f"upsert key column {k!r} is not in the table", column=k)
-        conformed = pa.Table.from_batches(
+        conformed = resolve_duplicate_keys(pa.Table.from_batches(
             [SchemaConformer(schema, table.schema)(b) for b in table.to_batches()],
-            schema=schema)
+            schema=schema), keys, on_duplicate)
         key_table = conformed.select(keys).group_by(keys).aggregate([])
         self._conditions.append(KeyCondition(key_table))
         self._files.extend(write_data_files(self._table.store, conformed.to_reader(),
@@ -173,17 +177,11 @@ class Transaction:
                                     commit_id=commit_id)
         table._set_snapshot(outcome.snapshot)
         after = table.store.counters.snapshot()
-        plan = state["plan"]
         m = outcome.snapshot.manifest
         self.result = CommitResult(
             version=m.version, commit_id=outcome.commit_id, operation=operation,
-            attempts=outcome.attempts,
-            files_added=0 if outcome.noop else len(files),
-            rows_added=0 if outcome.noop else sum(f.row_count for f in files),
-            files_removed=0 if outcome.noop else len(state["dropped"]),
-            rows_deleted=0 if outcome.noop or plan is None else plan.rows_deleted,
-            tombstones_added=0 if outcome.noop else len(state["refs"]),
-            noop=outcome.noop,
+            attempts=outcome.attempts, noop=outcome.noop,
+            **({} if outcome.noop else commit_counts(m)),
             requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
         return self.result
 
