@@ -14,6 +14,9 @@ The rules (docs/protocol.md, "GC"):
   ``data/`` or ``tombstone/`` is deleted only if no retained version references
   it (its manifest, the segments it reads, its data files, its tombstones) and
   it was last modified before the cutoff.  The pointer is never deleted.
+* **Lock files.** Then the store's unused lock files are collected
+  (``ObjectStore.collect_stale_locks``: the local store's per-key flock files,
+  removed only while held exclusively; see :mod:`caslake.store.local`).
 
 A crash at any point leaves a valid table: the marker is an ordinary commit,
 and every deletion removes an object no retained version can reach.  Running GC
@@ -55,6 +58,7 @@ class GcReport:
     deleted: dict[str, list[str]] = field(default_factory=dict)  # prefix -> keys
     bytes_deleted: int = 0
     kept_too_young: int = 0  # unreferenced, but modified after the cutoff
+    lock_files_deleted: int = 0  # the store's unused lock files (local store only)
 
     @property
     def deleted_count(self) -> int:
@@ -66,7 +70,8 @@ class GcReport:
                 "retained_versions": self.retained_versions,
                 "deleted": {k: len(v) for k, v in sorted(self.deleted.items())},
                 "deleted_keys": {k: sorted(v) for k, v in sorted(self.deleted.items())},
-                "bytes_deleted": self.bytes_deleted, "kept_too_young": self.kept_too_young}
+                "bytes_deleted": self.bytes_deleted, "kept_too_young": self.kept_too_young,
+                "lock_files_deleted": self.lock_files_deleted}
 
 
 def check_retention(retention: timedelta, force: bool) -> None:
@@ -113,6 +118,7 @@ def collect_garbage(table: Table, *, retention: timedelta = DEFAULT_RETENTION,
             report.bytes_deleted += meta.size
     if not dry_run:
         _delete_all(table, (k for k, _ in doomed))
+        report.lock_files_deleted = table.store.collect_stale_locks()
     table.refresh()
     return report
 
