@@ -8,6 +8,7 @@
     caslake.spark.delete(spark, uri, "user = 'u1'")      # positions found by Spark tasks
     caslake.spark.upsert(spark, uri, cdc_df, key=["id"])  # one commit
     caslake.spark.read_native(spark, uri, version=3)      # Spark's own Parquet reader
+    caslake.spark.save(df, uri, mode="errorifexists")     # every Spark save mode
 
 Needs the ``spark`` extra (``pyspark>=4.3,<4.4``).  See
 :mod:`caslake.spark.source` for the options and guarantees.
@@ -19,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from caslake.spark.dml import delete, upsert
 from caslake.spark.native import read_native
+from caslake.spark.save import save
 from caslake.spark.source import (
     SOURCE_NAME,
     CaslakeDataSource,
@@ -39,12 +41,19 @@ __all__ = [
     "delete",
     "read_native",
     "register",
+    "save",
     "upsert",
 ]
 
 
 def register(spark: SparkSession) -> None:
     """Register the ``caslake`` data source on ``spark`` and enable filter pushdown
-    (``spark.sql.python.filterPushdown.enabled``), which the reader implements."""
+    (``spark.sql.python.filterPushdown.enabled``), which the reader implements.
+
+    Writes: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``.
+    PySpark 4.3 refuses the other save modes (``errorifexists``, its default,
+    ``error`` and ``ignore``) for Python data sources before caslake runs; use
+    ``caslake.spark.save(df, uri, mode="errorifexists")`` for those (any of the
+    five modes, with Spark's meaning, and caslake errors raised as themselves)."""
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(CaslakeDataSource)
