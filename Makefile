@@ -41,9 +41,11 @@ bench: $(BENCH_STAMP) ## benchmarks against peers (installs the bench extra), sa
 	$(PY) -m benchmarks.run
 
 STRESS_ARGS ?= --backend both --seconds 60 --writers 1,4,16 --workloads history,bank,bank-fenced
+WIRE_STRESS_ARGS ?= --writers 6 --seconds 300
 
-stress: $(STAMP) ## multi-process stress + history/conservation checks, local and moto S3 (long)
+stress: $(STAMP) ## multi-process stress + history/conservation checks, local and moto S3; wire faults (long)
 	$(PY) -m caslake.testing.stress $(STRESS_ARGS)
+	$(PY) -m caslake.testing.wire_stress $(WIRE_STRESS_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

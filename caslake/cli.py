@@ -19,10 +19,10 @@ from typing import Any, TextIO
 import pyarrow as pa
 
 from caslake import __version__
+from caslake.api import Table, create_table, open_table
 from caslake.cli_input import open_input
 from caslake.cli_output import emit_json_lines, parse_size, write_output
 from caslake.errors import CaslakeError, InvalidArgument
-from caslake.table.table import Table, create_table, open_table
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -280,7 +280,7 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
 
         target = args.target_file_size or table.write_options.target_file_size
         base = table.io.latest()
-        plan = plan_compaction(table, base, target_file_size=target,
+        plan = plan_compaction(table.context, base, target_file_size=target,
                                deleted_fraction=args.deleted_fraction)
         if plan is None:
             out.write(f"nothing to compact (version {base.version})\n")
@@ -513,6 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="set a property (repeatable); all --set values are one commit")
     json_flag(pr, "the properties")
     pr.set_defaults(fn=cmd_properties)
+    from caslake.cli_dataset import add_dataset_commands  # imports this module: load it late
+
+    add_dataset_commands(sub)
     return p
 
 

@@ -6,13 +6,21 @@ subclasses are grouped by what the caller should do about them:
 * :class:`UserInputError` -- fix the call (schema, predicate, argument).
 * :class:`TableNotFound` / :class:`TableAlreadyExists` -- the table is not in
   the state the call assumed.
-* :class:`CommitConflict` -- another writer won; re-run the operation.
+* :class:`CommitConflict` -- another writer won; nothing was applied.  By what
+  to do next: :class:`ConcurrentModification` (recompute and re-run),
+  :class:`ReadValidationFailed` (read again, then recompute),
+  :class:`RetryBudgetExhausted` (retry later).
 * :class:`CommitOutcomeUnknown` -- the outcome could not be settled; read the
   table before retrying.
 * :class:`CorruptMetadata` -- something on storage is damaged; run
   ``caslake verify``; do not retry blindly.
 * :class:`StoreError` and its subclasses -- the object store said no, or could
   not be reached.
+* Datasets (:mod:`caslake.dataset`, RFC-0008) reuse the groups above:
+  :class:`DatasetNotFound` is a :class:`NotFound`, :class:`DatasetAlreadyExists`
+  an :class:`AlreadyExists`, :class:`DatasetConflict` a :class:`CommitConflict`,
+  :class:`ManifestCorrupted` a :class:`CorruptMetadata`; :class:`DatasetIncomplete`
+  (no ``_SUCCESS``, or a listed part is missing) stands on its own.
 
 Lower-layer exceptions (obstore, botocore, OSError, json) are mapped to these
 in exactly one place per layer; they never escape the public API.
@@ -115,14 +123,47 @@ class VersionNotFound(UserInputError):
 class CommitConflict(CaslakeError):
     """The commit could not be applied because other writers moved the table.
 
-    ``help`` tells the caller what to do next.
+    Nothing of it was applied.  The subclasses say what the caller should do
+    next; ``help`` says it in words.  ``except CommitConflict`` catches them all.
     """
 
-    def __init__(self, message: str, *, attempts: int = 0,
-                 help: str = "re-run the operation against the new table version") -> None:
+    default_help = "re-run the operation against the new table version"
+
+    def __init__(self, message: str, *, attempts: int = 0, help: str | None = None) -> None:
+        help = help or self.default_help
         super().__init__(f"{message} (help: {help})")
         self.attempts = attempts
         self.help = help
+
+
+class ConcurrentModification(CommitConflict):
+    """A concurrent commit changed what this operation was planned on (the base
+    version, the schema, a file it rewrites): recompute the change on the new
+    version and run it again."""
+
+    default_help = "re-run the operation so it is planned on the new table version"
+
+
+class ReadValidationFailed(CommitConflict):
+    """A change computed from rows read at ``read_version`` would commit over a
+    concurrent change to rows it could match: read again, then recompute."""
+
+    default_help = "read the table again and recompute the change"
+
+
+class RetryBudgetExhausted(CommitConflict):
+    """Other writers kept winning the pointer until the retry budget ran out; the
+    change itself is still valid: retry later (or commit less often)."""
+
+    default_help = "retry later, or lower the commit rate on this table"
+
+
+class TxnAlreadyApplied(CommitConflict):
+    """A commit tagged with this ``(app id, version)`` has already landed: there is
+    nothing left to do.  The commit loop turns it into a no-op; it does not reach
+    callers of the public API."""
+
+    default_help = "nothing to do: this (app id, version) is already committed"
 
 
 class CommitOutcomeUnknown(CaslakeError):
@@ -183,5 +224,56 @@ class TransientStoreError(StoreError):
     """A retryable failure: throttling (503 SlowDown), a reset, a timeout."""
 
 
+class PutOutcomeUnknown(StoreError):
+    """A compare-and-swap put (If-Match) failed in a way that leaves its outcome
+    unknown (reply lost, timeout, reset, 5xx): it may have applied, or may still
+    apply.  It is never retried blindly: the caller settles it by reading the
+    object back (the commit loop looks for its commit id in the pointer)."""
+
+
 class StoreConfigError(StoreError):
     """The store URI or its options are unusable (bad URI, credentials, bucket)."""
+
+
+# --- datasets (caslake.dataset, RFC-0008) ----------------------------------------
+
+
+class DatasetNotFound(NotFound):
+    """No dataset manifest exists at the dataset key."""
+
+
+class DatasetAlreadyExists(AlreadyExists):
+    """``write_dataset`` without ``overwrite=True`` found a dataset at the key
+    (or a manifest whose writer has not finished or crashed)."""
+
+
+class DatasetConflict(CommitConflict):
+    """An overwrite lost the race: another writer switched the dataset after this
+    write started.  Nothing of this write became visible."""
+
+
+class DatasetIncomplete(CaslakeError):
+    """The dataset cannot be read whole: ``_SUCCESS`` is missing, or a part the
+    manifest lists is missing or changed.  Never a partial read: wait for the
+    writer, or write the dataset again."""
+
+    def __init__(self, message: str, *, dataset_key: str, part: str | None = None) -> None:
+        super().__init__(message)
+        self.dataset_key = dataset_key
+        self.part = part
+
+
+class ManifestCorrupted(CorruptMetadata):
+    """A dataset's ``manifest.json`` is not valid JSON, lacks a field, has a field
+    of the wrong type, or disagrees with its parts (row count, schema hash)."""
+
+    def __init__(self, key: str, reason: str, *, part: str | None = None) -> None:
+        super().__init__(key, reason)
+        self.part = part
+
+
+# --- optional extras --------------------------------------------------------------
+
+
+class MissingDependency(CaslakeError):
+    """An optional extra is not installed; the message says what to install."""

@@ -8,6 +8,8 @@
     caslake.spark.delete(spark, uri, "user = 'u1'")      # positions found by Spark tasks
     caslake.spark.upsert(spark, uri, cdc_df, key=["id"])  # one commit
     caslake.spark.read_native(spark, uri, version=3)      # Spark's own Parquet reader
+    caslake.spark.write_dataset(df, root, "silver/orders")  # RFC-0008 dataset, one commit
+    caslake.spark.read_dataset(spark, root, "silver/orders")
     caslake.spark.save(df, uri, mode="errorifexists")     # every Spark save mode
 
 Needs the ``spark`` extra (``pyspark>=4.3,<4.4``).  See
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from caslake.spark.dataset import read_dataset, write_dataset
 from caslake.spark.dml import delete, upsert
 from caslake.spark.native import read_native
 from caslake.spark.save import save
@@ -39,10 +42,12 @@ __all__ = [
     "CaslakeStreamWriter",
     "CaslakeWriter",
     "delete",
+    "read_dataset",
     "read_native",
     "register",
     "save",
     "upsert",
+    "write_dataset",
 ]
 
 

@@ -22,8 +22,12 @@ backend:
    ``get``/``head``/``list`` (S3 is strongly consistent since 2020).
 
 Backends never retry a precondition failure; transient errors are retried by
-the backend with bounded, jittered backoff before being raised as
-:class:`~caslake.errors.TransientStoreError`.
+the backend with bounded, jittered backoff (:mod:`caslake.store.retry`) before
+being raised as :class:`~caslake.errors.TransientStoreError` -- except for a
+compare-and-swap, which is never retried: after a transient failure its
+outcome is unknown and it raises :class:`~caslake.errors.PutOutcomeUnknown`.
+A create-only put that was retried, or that the client library re-sent by
+itself, and then finds its *own* object at the key (same content) succeeds.
 """
 
 from __future__ import annotations

@@ -69,6 +69,7 @@ from caslake.store.base import (
 )
 from caslake.store.keys import RESERVED_PREFIX, check_key, check_prefix
 from caslake.store.ranges import DEFAULT_MAX_REQUEST, LOCAL_MAX_GAP, plan_ranges, slice_results
+from caslake.store.retry import DEFAULT_RETRY, Retrier, RetryPolicy, same_bytes
 
 TMP_DIR = RESERVED_PREFIX + "tmp"
 LOCK_DIR = RESERVED_PREFIX + "locks"
@@ -129,13 +130,15 @@ class LocalStore(ObjectStore):
     """Objects as files under a root directory; see the module docstring."""
 
     def __init__(self, uri: str | os.PathLike[str], *, fsync: bool = True,
-                 max_gap: int = LOCAL_MAX_GAP, max_request: int = DEFAULT_MAX_REQUEST) -> None:
+                 max_gap: int = LOCAL_MAX_GAP, max_request: int = DEFAULT_MAX_REQUEST,
+                 retry_policy: RetryPolicy = DEFAULT_RETRY) -> None:
         self.root = path_from_uri(os.fspath(uri))
         self.uri = self.root.as_uri()
         self.counters = StoreCounters()
         self.fsync = fsync
         self.max_gap = max_gap
         self.max_request = max_request
+        self.retrier = Retrier(retry_policy)
         if self.root.exists() and not self.root.is_dir():
             raise StoreConfigError(f"store root {str(self.root)!r} is not a directory")
 
@@ -386,9 +389,15 @@ class LocalStore(ObjectStore):
     # --- writes -----------------------------------------------------------------
 
     def put(self, key: str, data: bytes, *, mode: Mode = PutMode.OVERWRITE) -> str:
+        """One logical put, retried on transient errors (EAGAIN, EBUSY, ETIMEDOUT on a
+        network filesystem) by the rules of :mod:`caslake.store.retry`."""
         path = self._path(key)
         if not (mode is PutMode.CREATE or mode is PutMode.OVERWRITE or isinstance(mode, IfMatch)):
             raise TypeError(f"unknown put mode {mode!r}")
+        return self.retrier.put(key, mode, lambda: self._put_once(key, path, data, mode),
+                                lambda: same_bytes(self, key, data))
+
+    def _put_once(self, key: str, path: Path, data: bytes, mode: Mode) -> str:
         self.counters.record(PUT, bytes_out=len(data))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,14 +9,21 @@ Owns everything caslake does over HTTP against AWS S3, MinIO, R2, moto...:
   through a credential provider, so a stray ``AWS_SESSION_TOKEN`` in the
   environment can never be mixed with keys from ``storage_options``.
 * **Requests** go through obstore (Rust, releases the GIL).  Its retry policy
-  is bounded (3 retries, 20 s budget, jittered exponential backoff); it only
-  retries 5xx answers, timeouts and connection failures -- never a 412 or a
-  409 -- so no extra retry layer is needed here.
+  is bounded (3 retries, 20 s budget, jittered exponential backoff); it
+  retries 5xx answers of every request, but timeouts and connection failures
+  (a reset, a lost reply) only of requests it deems idempotent: GET, HEAD,
+  LIST and unconditional PUT -- not a create-only or compare-and-swap PUT, nor
+  the bulk-delete POST.  So every call here also runs through a
+  :class:`~caslake.store.retry.Retrier`, which retries what is safe: creates
+  (recognising our own landed object by the SHA-256 kept in its
+  ``x-amz-meta-caslake-sha256`` metadata), deletes and reads; and turns an
+  ambiguous compare-and-swap into :class:`~caslake.errors.PutOutcomeUnknown`
+  instead of retrying it (docs/store-client.md, "Retries").
 * **Error mapping**: :func:`map_obstore_error` is the one place where obstore
   exceptions become caslake errors.
 * **Counting**: every request issued here is recorded once in ``counters``
   (a request obstore transparently re-sends after a transient failure still
-  counts once).
+  counts once; a retry by the Retrier counts again).
 * A lazily created boto3 client (:meth:`S3Store.boto3_client`) is kept for
   the multipart work obstore does not expose; it is not used on the hot path.
 
@@ -25,6 +32,8 @@ Keys are relative to the URI's prefix.
 
 from __future__ import annotations
 
+import builtins
+import hashlib
 import math
 import os
 import re
@@ -66,6 +75,7 @@ from caslake.store.base import (
 )
 from caslake.store.keys import check_key, check_prefix
 from caslake.store.ranges import DEFAULT_MAX_REQUEST, S3_MAX_GAP, plan_ranges, slice_results
+from caslake.store.retry import DEFAULT_RETRY, Retrier, RetryPolicy
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -77,6 +87,9 @@ SCHEME = "s3://"
 LIST_PAGE_SIZE = 1000
 #: Parallel range requests per store.
 DEFAULT_MAX_WORKERS = 16
+#: User metadata (``x-amz-meta-caslake-sha256``) holding the SHA-256 of a created
+#: object's body, so a retried create can recognise its own landed object by a HEAD.
+SHA256_ATTRIBUTE = "caslake-sha256"
 
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
 
@@ -361,7 +374,9 @@ class S3Store(ObjectStore):
     def __init__(self, uri: str, storage_options: Mapping[str, OptionValue] | None = None, *,
                  environ: Mapping[str, str] | None = None, max_gap: int = S3_MAX_GAP,
                  max_request: int = DEFAULT_MAX_REQUEST,
-                 max_workers: int = DEFAULT_MAX_WORKERS) -> None:
+                 max_workers: int = DEFAULT_MAX_WORKERS,
+                 retry_policy: RetryPolicy = DEFAULT_RETRY,
+                 sleep: Callable[[float], None] | None = None) -> None:
         self.settings = resolve_s3_settings(uri, storage_options, environ)
         self.bucket = self.settings.bucket
         self.prefix = self.settings.prefix
@@ -371,6 +386,8 @@ class S3Store(ObjectStore):
         self.max_request = max_request
         self.max_workers = max_workers
         self._store = self._make_obstore()
+        self.retrier = (Retrier(retry_policy) if sleep is None
+                        else Retrier(retry_policy, sleep=sleep))
         self._pool: ThreadPoolExecutor | None = None
         self._boto3: S3Client | None = None
         self._lazy_lock = threading.Lock()
@@ -475,6 +492,9 @@ class S3Store(ObjectStore):
 
     def get(self, key: str) -> GetResult:
         check_key(key)
+        return self.retrier.call(lambda: self._get_once(key))
+
+    def _get_once(self, key: str) -> GetResult:
         received = 0
         try:
             result = self._call("get", key, lambda: obstore.get(self._store, key))
@@ -510,11 +530,13 @@ class S3Store(ObjectStore):
         if not requests:
             return [b""] * len(ranges)
         pinned = normalize_etag(etag) if etag is not None else None
+        def one(start: int, end: int) -> tuple[memoryview, str | None]:
+            return self.retrier.call(lambda: self._get_range(key, start, end, pinned))
+
         if len(requests) == 1:
-            answers = [self._get_range(key, requests[0].start, requests[0].end, pinned)]
+            answers = [one(requests[0].start, requests[0].end)]
         else:
-            futures = [self._executor().submit(self._get_range, key, r.start, r.end, pinned)
-                       for r in requests]
+            futures = [self._executor().submit(one, r.start, r.end) for r in requests]
             answers = []
             errors: list[BaseException] = []
             for fut in futures:
@@ -536,6 +558,9 @@ class S3Store(ObjectStore):
 
     def head(self, key: str) -> ObjectMeta:
         check_key(key)
+        return self.retrier.call(lambda: self._head_once(key))
+
+    def _head_once(self, key: str) -> ObjectMeta:
         self.counters.record(HEAD)
         meta = self._call("head", key, lambda: obstore.head(self._store, key))
         tag = meta["e_tag"]
@@ -552,6 +577,9 @@ class S3Store(ObjectStore):
         One LIST is counted per page of up to 1000 keys S3 returned.
         """
         check_prefix(prefix)
+        return iter(self.retrier.call(lambda: self._list_once(prefix)))
+
+    def _list_once(self, prefix: str) -> builtins.list[ObjectMeta]:
         parent = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         offset = prefix[:-1] if prefix and not prefix.endswith("/") and prefix[:-1] else None
         found: list[ObjectMeta] = []
@@ -577,47 +605,64 @@ class S3Store(ObjectStore):
                         break
         finally:
             self.counters.record(LIST, count=max(1, math.ceil(consumed / LIST_PAGE_SIZE)))
-        return iter(found)
+        return found
 
     # --- writes -----------------------------------------------------------------
 
     def put(self, key: str, data: bytes, *, mode: Mode = PutMode.OVERWRITE) -> str:
+        """One logical put, retried by the Retrier's rules (module docstring)."""
         check_key(key)
+        if not (mode is PutMode.CREATE or mode is PutMode.OVERWRITE or isinstance(mode, IfMatch)):
+            raise TypeError(f"unknown put mode {mode!r}")
+        digest = hashlib.sha256(data).hexdigest() if mode is PutMode.CREATE else None
+        return self.retrier.put(key, mode, lambda: self._put_once(key, data, mode, digest),
+                                lambda: self._own_landed_create(key, data, digest or ""),
+                                client_resends=True)
+
+    def _put_once(self, key: str, data: bytes, mode: Mode, digest: str | None) -> str:
         op: Op
         obs_mode: Any
         if mode is PutMode.CREATE:
             op, obs_mode = "put_create", "create"
-        elif mode is PutMode.OVERWRITE:
-            op, obs_mode = "put", "overwrite"
         elif isinstance(mode, IfMatch):
             op, obs_mode = "put_cas", {"e_tag": normalize_etag(mode.etag)}
         else:
-            raise TypeError(f"unknown put mode {mode!r}")
+            op, obs_mode = "put", "overwrite"
         self.counters.record(PUT, bytes_out=len(data))
         try:
-            result = obstore.put(self._store, key, data, mode=obs_mode, use_multipart=False)
+            result = obstore.put(self._store, key, data, mode=obs_mode, use_multipart=False,
+                                 attributes={SHA256_ATTRIBUTE: digest} if digest else None)
         except Exception as exc:
             err = map_obstore_error(exc, op=op, key=key, where=self._where())
             if op == "put_cas" and isinstance(err, PreconditionFailed):
                 err = self._classify_failed_cas(key, err)
-            if op == "put_create" and isinstance(err, AlreadyExists):
-                # obstore re-sends a PUT whose reply was lost; the re-send then meets
-                # our own landed object.  caslake creates unique keys only, so the
-                # object is ours exactly when its bytes are ours.
-                landed = self._own_landed_create(key, data)
-                if landed is not None:
-                    return landed
             raise err from exc
         etag = result["e_tag"]
         if not etag:
             raise StoreError(f"{self.uri} returned no ETag for the put of {key!r}", key=key)
         return normalize_etag(etag)
 
-    def _own_landed_create(self, key: str, data: bytes) -> str | None:
-        try:
-            current = self.get(key)
-        except StoreError:
+    def _own_landed_create(self, key: str, data: bytes, digest: str) -> str | None:
+        """The ETag of the object at ``key`` if it is the one ``data`` created, else None.
+
+        A create whose reply was lost (or that obstore re-sent after a 5xx) meets
+        its own landed object.  caslake creates unique keys only, so the object
+        is ours exactly when its content is: compared by the SHA-256 kept in its
+        metadata (one HEAD); an object without that metadata was not written by
+        this code, unless it has our size and our bytes (then a GET decides).
+        """
+        self.counters.record(HEAD)
+        meta = self._call("head", key, lambda: obstore.get(
+            self._store, key, options={"head": True}))
+        tag = meta.meta["e_tag"]
+        if not tag:
+            raise StoreError(f"{self.uri} returned no ETag for {key!r}", key=key)
+        theirs = meta.attributes.get(SHA256_ATTRIBUTE)
+        if theirs is not None:
+            return normalize_etag(tag) if theirs == digest else None
+        if meta.meta["size"] != len(data):
             return None
+        current = self._get_once(key)
         return current.etag if current.data == data else None
 
     def _classify_failed_cas(self, key: str, err: PreconditionFailed) -> StoreError:
@@ -637,6 +682,9 @@ class S3Store(ObjectStore):
 
     def delete(self, key: str) -> None:
         check_key(key)
+        self.retrier.call(lambda: self._delete_once(key))
+
+    def _delete_once(self, key: str) -> None:
         self.counters.record(DELETE)
         try:
             obstore.delete(self._store, key)

@@ -4,8 +4,10 @@
 ``CommitResult`` (what an operation returns) both take their counts from the
 committed manifest's ``summary`` through :func:`commit_counts`, so they cannot
 disagree.  The counts are per commit; ``total_rows`` / ``total_files`` are the
-table at that version.  For a compaction, ``rows_added`` and ``rows_deleted``
-are the rows it moved into new files (the table's rows do not change).
+table at that version.  For a compaction, ``rows_added`` is the rows it
+rewrote into new files and ``rows_deleted`` is 0: its summary's
+``deleted_rows`` counts those same rows leaving with their old files, and they
+are all still in the table.
 
 A summary always has every key of :data:`SUMMARY_KEYS` (0 when nothing
 happened), including the create entry's.  Never reads or writes storage.
@@ -20,6 +22,7 @@ from typing import Any
 
 from caslake.format.manifest import Manifest, format_ts
 
+COMPACT = "compact"  # the operation name of maintenance.compact (a lower layer can't import it)
 SUMMARY_KEYS = ("added_files", "added_rows", "added_bytes", "removed_files", "deleted_rows",
                 "added_tombstones")
 # CommitResult / HistoryEntry field -> summary key
@@ -36,7 +39,10 @@ def complete_summary(summary: Mapping[str, int]) -> dict[str, int]:
 def commit_counts(manifest: Manifest) -> dict[str, int]:
     """The per-commit counts of ``CommitResult`` and ``HistoryEntry``, from the summary."""
     summary = complete_summary(manifest.summary)
-    return {name: summary[key] for name, key in _COUNTS.items()}
+    counts = {name: summary[key] for name, key in _COUNTS.items()}
+    if manifest.operation == COMPACT:  # rewritten rows left with the old files, came back
+        counts["rows_deleted"] = max(0, summary["deleted_rows"] - summary["added_rows"])
+    return counts
 
 
 @dataclass(frozen=True)

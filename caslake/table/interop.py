@@ -19,7 +19,6 @@ from typing import Any
 import pyarrow as pa
 
 from caslake.errors import OptionalDependencyMissing
-from caslake.format.manifest import Manifest
 from caslake.store.base import ObjectStore
 from caslake.table.metadata_io import MetadataIO, Snapshot
 
@@ -48,18 +47,9 @@ class ArrowExport:
         return polars.DataFrame(self._export_reader().read_all())
 
 
-def deleted_rows_by_file(manifest: Manifest) -> dict[str, int]:
-    """Rows the manifest's tombstones delete, per data file path."""
-    deleted: dict[str, int] = {}
-    for ref in manifest.tombstones:
-        for path, n in ref.files.items():
-            deleted[path] = deleted.get(path, 0) + n
-    return deleted
-
-
 def live_file_list(store: ObjectStore, io: MetadataIO, snap: Snapshot) -> list[dict[str, Any]]:
     """``{"uri", "path", "rows", "deleted_rows", "bytes"}`` for each live data file."""
-    deleted = deleted_rows_by_file(snap.manifest)
+    deleted = snap.manifest.deleted_rows_per_file()
     root = store.uri.rstrip("/")
     return [{"uri": f"{root}/{f.path}", "path": f.path, "rows": f.row_count,
              "deleted_rows": deleted.get(f.path, 0), "bytes": f.size}

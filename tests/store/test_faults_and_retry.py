@@ -9,13 +9,19 @@ import pyarrow as pa
 import pytest
 
 import caslake
-from caslake.errors import AlreadyExists, CaslakeError, CorruptMetadata, TransientStoreError
+from caslake.api import Table
+from caslake.errors import (
+    AlreadyExists,
+    CaslakeError,
+    CorruptMetadata,
+    PutOutcomeUnknown,
+    TransientStoreError,
+)
 from caslake.format.keys import POINTER_KEY
 from caslake.store import open_store
 from caslake.store.base import IfMatch, PutMode
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash, slowdown_error
 from caslake.store.retry import RetryingStore
-from caslake.table.table import Table
 
 ALL = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
 
@@ -67,8 +73,9 @@ def test_compare_and_swap_is_never_retried() -> None:
     e1 = faulty.inner.put("p", b"1")
     faulty.faults.append(Fault(frozenset({"put"}), "after", times=1))
     store = RetryingStore(faulty, sleep=no_sleep)
-    with pytest.raises(TransientStoreError):
+    with pytest.raises(PutOutcomeUnknown) as e:  # outcome unknown: not a retryable error
         store.put("p", b"2", mode=IfMatch(e1))
+    assert not isinstance(e.value, TransientStoreError)
     assert faulty.fired == 1 and faulty.calls == 1  # one attempt, then the caller settles
     assert faulty.inner.get("p").data == b"2"  # it had applied
 

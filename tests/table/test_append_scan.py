@@ -133,7 +133,7 @@ def test_schema_mismatch_names_column_and_types_and_leaves_nothing(tmp_path) -> 
 def test_lossless_promotions_and_missing_columns_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
     t = caslake.create_table(str(tmp_path / "t"), SCHEMA)
     data = rows(0, 5).set_column(0, "id", pa.array(range(5), pa.int32())).drop_columns(["score"])
-    with pytest.raises(SchemaMismatch, match="missing column.*'score'"):
+    with pytest.raises(SchemaMismatch, match=r"missing column.*'score'"):
         t.append(data)  # a missing column is refused, not filled with nulls (issue 10)
     t.append(data.append_column("score", pa.nulls(5)))  # explicit nulls are fine
     got = t.scan().to_arrow()
