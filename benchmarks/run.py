@@ -6,6 +6,7 @@ import sys
 
 from benchmarks import core, deletes
 from benchmarks import dataset as dataset_bench
+from benchmarks import export as export_bench
 from benchmarks import spark as spark_bench
 
 
@@ -13,6 +14,7 @@ def main() -> int:
     quick = "--quick" in sys.argv
     core.main(quick=quick)
     deletes.main(quick=quick)
+    export_bench.main(quick=quick)
     dataset_bench.main(quick=quick)
     spark_bench.main(quick=quick)
     return 0

@@ -8,18 +8,21 @@ stderr when it is a terminal (or with ``--progress``).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
-from typing import Any, TextIO
+from typing import TextIO
 
 import pyarrow as pa
 
 from caslake import __version__
 from caslake.api import Table, create_table, open_table
+from caslake.cli_common import emit_json as _emit_json
+from caslake.cli_common import print_table as _print_table
+from caslake.cli_common import storage_options as _storage_options
+from caslake.cli_dataset import add_dataset_commands
 from caslake.cli_input import open_input
 from caslake.cli_output import emit_json_lines, parse_size, write_output
 from caslake.errors import CaslakeError, InvalidArgument
@@ -54,16 +57,6 @@ class Progress:
             self.out.flush()
 
 
-def _storage_options(pairs: Sequence[str] | None) -> dict[str, str] | None:
-    if not pairs:
-        return None
-    out = {}
-    for p in pairs:
-        if "=" not in p:
-            raise InvalidArgument(f"--storage-option {p!r} must look like KEY=VALUE")
-        k, v = p.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
 
 
 def _counted(reader: pa.RecordBatchReader, progress: Progress) -> pa.RecordBatchReader:
@@ -75,34 +68,6 @@ def _counted(reader: pa.RecordBatchReader, progress: Progress) -> pa.RecordBatch
         except pa.ArrowException as e:
             raise InvalidArgument(f"cannot read input: {e}") from None
     return pa.RecordBatchReader.from_batches(reader.schema, gen())
-
-
-def _print_table(table: pa.Table, out: TextIO, limit: int | None) -> None:
-    rows = table.to_pylist()
-    cols = table.column_names
-    cells = [[_cell(r[c]) for c in cols] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
-    out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip() + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    for row in cells:
-        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")
-    shown = f"{len(rows)} row{'s' if len(rows) != 1 else ''}"
-    out.write(f"({shown}{', limited' if limit is not None and len(rows) >= limit else ''})\n")
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return "NULL"
-    s = str(v)
-    return s if len(s) <= 60 else s[:57] + "..."
-
-
-def _json_default(v: Any) -> Any:
-    return str(v)
-
-
-def _emit_json(obj: Any, out: TextIO) -> None:
-    out.write(json.dumps(obj, default=_json_default, indent=2) + "\n")
 
 
 def cmd_create(args: argparse.Namespace, out: TextIO) -> int:
@@ -404,6 +369,27 @@ def _size(text: str) -> int:
             f"{text!r} is not a size (bytes, or e.g. 64MB, 256MiB)") from None
 
 
+def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
+    options = _storage_options(args.storage_option)
+    table = open_table(args.uri, storage_options=options)
+    if args.target == "iceberg":
+        res = table.export_iceberg(version=args.version, out=args.out, storage_options=options)
+    else:
+        res = table.export_delta(version=args.version)
+    if args.json:
+        _emit_json(res.__dict__, out)
+        return 0
+    if res.noop:
+        out.write(f"version {res.version} is already exported as {args.target}: "
+                  f"{res.location}\n")
+    else:
+        out.write(f"exported version {res.version} as {args.target}: {res.location} "
+                  f"({res.objects_written} objects, {res.bytes_written:,} bytes written")
+        out.write(f"; {res.manifests_reused} manifests reused)\n" if args.target == "iceberg"
+                  else ")\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="caslake", description="Transactional Parquet tables on "
                                 "object storage, coordinated by conditional writes.")
@@ -513,7 +499,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="set a property (repeatable); all --set values are one commit")
     json_flag(pr, "the properties")
     pr.set_defaults(fn=cmd_properties)
-    from caslake.cli_dataset import add_dataset_commands  # imports this module: load it late
+
+    ex = sub.add_parser("export", help="publish a version as Iceberg or Delta metadata "
+                        "(zero-copy, deletes included)")
+    ex_sub = ex.add_subparsers(dest="target", required=True)
+    for target, what in (("iceberg", "Iceberg v2 metadata under <table>/metadata/"),
+                         ("delta", "a Delta commit in <table>/_delta_log/")):
+        e = ex_sub.add_parser(target, help=f"write {what}")
+        e.add_argument("uri", help="table location: a path, file://, memory:// or s3://b/prefix")
+        e.add_argument("--storage-option", "-o", action="append", metavar="KEY=VALUE",
+                       help="store option, e.g. endpoint_url=http://... (repeatable)")
+        e.add_argument("--version", type=int, help="export this version (default: latest)")
+        if target == "iceberg":
+            e.add_argument("--out", help="write metadata under OUT/metadata/ instead")
+        e.add_argument("--json", action="store_true", help="print the result as JSON")
+        e.set_defaults(fn=cmd_export, out=None)
+
 
     add_dataset_commands(sub)
     return p

@@ -91,6 +91,17 @@ class InvalidPredicate(UserInputError):
     """A ``where`` predicate is malformed or cannot be applied."""
 
 
+class ExportUnsupportedType(UserInputError):
+    """A column's type has no one-to-one counterpart in the export format
+    (Iceberg or Delta); nothing was written.  ``column`` and ``type`` name it."""
+
+    def __init__(self, message: str, *, column: str, type: str, target: str) -> None:
+        super().__init__(message)
+        self.column = column
+        self.type = type
+        self.target = target
+
+
 class UnknownColumn(InvalidPredicate):
     """A predicate or projection names a column the table does not have."""
 

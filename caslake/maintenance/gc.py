@@ -27,14 +27,15 @@ commits only through :func:`caslake.table.runner.run_operation`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from caslake.errors import InvalidArgument
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX
+from caslake.store.base import ObjectStore
 from caslake.table.changes import Changes
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.runner import TableContext, run_operation
@@ -43,6 +44,22 @@ MIN_RETENTION = timedelta(hours=24)
 DEFAULT_RETENTION = timedelta(days=7)
 _PREFIXES = (MANIFEST_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
 EXPIRE = "expire"  # the operation of GC's marker commit
+
+
+class ExtraRoots(Protocol):
+    """What another feature stored next to the table needs kept (e.g. an export):
+    ``keep`` -- keys gc must not delete (its own objects, and caslake data files it
+    points at); ``prefixes`` -- where its objects live, so gc collects the ones
+    ``keep`` does not name (by the same age rule as caslake's own)."""
+
+    @property
+    def prefixes(self) -> tuple[str, ...]: ...
+
+    @property
+    def keep(self) -> frozenset[str]: ...
+
+
+RootsProvider = Callable[[ObjectStore], ExtraRoots]
 
 
 @dataclass
@@ -86,9 +103,11 @@ def check_retention(retention: timedelta, force: bool) -> None:
 
 def collect_garbage(ctx: TableContext, *, retention: timedelta = DEFAULT_RETENTION,
                     dry_run: bool = False, now: datetime | None = None,
-                    force: bool = False) -> GcReport:
+                    force: bool = False, extra_roots: Sequence[RootsProvider] = ()
+                    ) -> GcReport:
     """Expire versions older than ``retention`` and delete what no retained version
-    references.  ``now`` is injectable for tests; it defaults to the handle's clock."""
+    references, nor any of ``extra_roots`` keeps.  ``now`` is injectable for tests;
+    it defaults to the handle's clock."""
     check_retention(retention, force)
     now = now or datetime.fromtimestamp(ctx.now_ms() / 1000, UTC)
     if now.tzinfo is None:
@@ -102,10 +121,15 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta = DEFAULT_RETENTI
         head = _commit_marker(ctx, oldest)
     retained = _retained(io, head, oldest)
     referenced = _referenced(io, retained)
+    prefixes = list(_PREFIXES)
+    for provider in extra_roots:  # read after the marker: what exports reference now
+        roots = provider(ctx.store)
+        referenced |= roots.keep
+        prefixes += [p for p in roots.prefixes if p not in prefixes]
     report = GcReport(dry_run=dry_run, cutoff=cutoff, head_version=head.version,
                       oldest_version=oldest, retained_versions=len(retained))
     doomed: list[tuple[str, int]] = []
-    for prefix in _PREFIXES:
+    for prefix in prefixes:
         for meta in ctx.store.list(prefix):
             if meta.key in referenced:
                 continue

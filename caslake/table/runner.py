@@ -17,6 +17,7 @@ plan's files are already on storage) and never imports anything above
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,9 @@ class CommitResult:
     bytes_out: int = 0
 
 
+_log = logging.getLogger("caslake.table")
+
+
 def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -80,6 +84,10 @@ class TableContext:
         self.commit_policy = commit_policy or CommitPolicy()
         self.now_ms = now_ms
         self._snapshot = snapshot
+        # Called with each new version right after an operation commits it, in the
+        # same call (e.g. exports registered from a layer above).  A hook's error is
+        # logged, never raised: the commit has landed.
+        self.on_commit: list[Callable[[Snapshot], None]] = []
 
     @property
     def snapshot(self) -> Snapshot:
@@ -104,6 +112,16 @@ def _cost(ctx: TableContext, started: dict[str, int]) -> dict[str, int]:
     return {k: now.get(k, 0) - started.get(k, 0) for k in now}
 
 
+def _after_commit(ctx: TableContext, snapshot: Snapshot) -> None:
+    for hook in ctx.on_commit:
+        try:
+            hook(snapshot)
+        except Exception:  # the commit stands whatever a hook does; say so and go on
+            _log.exception("after-commit hook %s failed on version %s of %s (the commit "
+                           "stands)", getattr(hook, "__name__", hook), snapshot.version,
+                           ctx.store.uri)
+
+
 def run_operation(ctx: TableContext, operation: str,
                   prepare: Callable[[Snapshot], Changes | None], *,
                   requirements: Sequence[Requirement] = (), started: dict[str, int],
@@ -118,6 +136,8 @@ def run_operation(ctx: TableContext, operation: str,
                                 policy=ctx.commit_policy, now_ms=ctx.now_ms,
                                 commit_id=commit_id, pointer_key=ctx.pointer_key)
     ctx._set_snapshot(outcome.snapshot)
+    if not outcome.noop:
+        _after_commit(ctx, outcome.snapshot)
     m = outcome.snapshot.manifest
     requests = _cost(ctx, started)
     return CommitResult(
