@@ -55,6 +55,38 @@ class SchemaMismatch(UserInputError):
         self.actual = actual
 
 
+class InputDataError(UserInputError):
+    """A cell of an input file cannot be read as its column's type.
+
+    ``line`` is the 1-based line of the file (the header is line 1), ``column``
+    the column name and ``value`` the text of the cell."""
+
+    def __init__(self, message: str, *, path: str, line: int, column: str,
+                 value: str | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+        self.column = column
+        self.value = value
+
+
+class DuplicateKey(UserInputError):
+    """An upsert's input holds one key more than once (``key``: one such key, by column)."""
+
+    def __init__(self, message: str, *, key: dict[str, object], count: int) -> None:
+        super().__init__(message)
+        self.key = key
+        self.count = count
+
+
+class OptionalDependencyMissing(UserInputError):
+    """A method needs a package that is not installed (``package``: what to install)."""
+
+    def __init__(self, message: str, *, package: str) -> None:
+        super().__init__(message)
+        self.package = package
+
+
 class InvalidPredicate(UserInputError):
     """A ``where`` predicate is malformed or cannot be applied."""
 

@@ -18,6 +18,9 @@ The rules (docs/protocol.md, "GC"):
   ``data/`` or ``tombstone/`` is deleted only if no retained version references
   it (its manifest, the segments it reads, its data files, its tombstones) and
   it was last modified before the cutoff.  The pointer is never deleted.
+* **Lock files.** Then the store's unused lock files are collected
+  (``ObjectStore.collect_stale_locks``: the local store's per-key flock files,
+  removed only while held exclusively; see :mod:`caslake.store.local`).
 
 A crash at any point leaves a valid table: the marker is an ordinary commit,
 and every deletion removes an object no retained version can reach.  Running GC
@@ -79,6 +82,7 @@ class GcReport:
     bytes_deleted: int = 0
     kept_too_young: int = 0  # unreferenced, but modified after the cutoff
     multipart_aborted: int = 0  # unfinished multipart uploads begun before the cutoff
+    lock_files_deleted: int = 0  # the store's unused lock files (local store only)
 
     @property
     def deleted_count(self) -> int:
@@ -91,7 +95,8 @@ class GcReport:
                 "deleted": {k: len(v) for k, v in sorted(self.deleted.items())},
                 "deleted_keys": {k: sorted(v) for k, v in sorted(self.deleted.items())},
                 "bytes_deleted": self.bytes_deleted, "kept_too_young": self.kept_too_young,
-                "multipart_aborted": self.multipart_aborted}
+                "multipart_aborted": self.multipart_aborted,
+                "lock_files_deleted": self.lock_files_deleted}
 
 
 def check_retention(retention: timedelta, force: bool) -> None:
@@ -174,6 +179,7 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
             report.bytes_deleted += meta.size
     if not dry_run:
         _delete_all(ctx, (k for k, _ in doomed))
+        report.lock_files_deleted = ctx.store.collect_stale_locks()
     # Unfinished multipart uploads (a purge that died mid-splice) are invisible to
     # list() but billed: abort those begun before the cutoff.  An upload of unknown
     # age is kept, as a young object is.

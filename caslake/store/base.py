@@ -236,6 +236,11 @@ class ObjectStore(ABC):
         Counts nothing: callers record the reads they make."""
         return None
 
+    def collect_stale_locks(self) -> int:
+        """Remove bookkeeping lock files no operation is using; return how many.
+        Only stores that keep such files (the local one) have any."""
+        return 0
+
     def staging_dir(self) -> str | None:
         """A local directory where callers should build files meant for
         :meth:`put_file`, or None for the system temp directory."""

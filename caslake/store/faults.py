@@ -178,6 +178,9 @@ class FaultyStore(ObjectStore):
         # Reads through a local path would bypass fault injection: force store reads.
         return None
 
+    def collect_stale_locks(self) -> int:
+        return self.inner.collect_stale_locks()
+
     def staging_dir(self) -> str | None:
         return self.inner.staging_dir()
 

@@ -11,7 +11,8 @@ threads *and* processes sharing one directory:
 * **Overwrite, compare-and-swap and delete** take an exclusive ``flock`` on a
   per-key lock file ``<root>/.caslake-locks/<sha1 of key>``, so that the ETag
   comparison and the ``os.replace``/``unlink`` happen as one step.  Lock
-  files are never removed (removing them would race with lockers).
+  files are removed only by ``collect_stale_locks`` (gc), under the same flock,
+  and a locker re-checks after acquiring that the path still names its file.
 * **ETags** are ``"<inode>-<mtime_ns>-<size>"`` (hex) from ``os.stat``.  Each
   write creates a new inode and stamps it with a nanosecond mtime strictly
   later than the file it replaces, so every write changes the ETag even when
@@ -81,6 +82,20 @@ LOCK_DIR = RESERVED_PREFIX + "locks"
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
 
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def _still_linked(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (lock files are unlinked
+    by :meth:`LocalStore.collect_stale_locks`)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_ino, st.st_dev) == (mine.st_ino, mine.st_dev)
+
+
 def etag_from_stat(st: os.stat_result) -> str:
     """The canonical (quoted) ETag of a file version."""
     return f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
@@ -147,13 +162,55 @@ class LocalStore(ObjectStore):
     @contextlib.contextmanager
     def _key_lock(self, key: str) -> Iterator[None]:
         lock_path = self._lock_path(key)
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        while True:
+            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if _still_linked(fd, lock_path):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            # The collector unlinked this file while we waited: a locker that
+            # opens the path now gets a new file, so our lock excludes no one.
+            os.close(fd)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the flock
+
+    def collect_stale_locks(self) -> int:
+        """Unlink every lock file nobody holds; return how many.
+
+        Safe against concurrent lockers: a file is unlinked only while this
+        process holds its exclusive flock (taken without blocking, so a held
+        file is skipped), and every locker checks after acquiring that the path
+        still names the inode it locked, and starts over otherwise."""
+        lock_dir = self.root / LOCK_DIR
+        try:
+            names = os.listdir(lock_dir)
+        except FileNotFoundError:
+            return 0
+        removed = 0
+        for name in names:
+            path = lock_dir / name
+            try:
+                fd = os.open(path, os.O_RDWR | _CLOEXEC)
+            except (FileNotFoundError, IsADirectoryError):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if _still_linked(fd, path):
+                    os.unlink(path)
+                    removed += 1
+            except BlockingIOError:
+                continue  # in use by a compare-and-swap or delete right now
+            except FileNotFoundError:
+                continue
+            finally:
+                os.close(fd)
+        return removed
 
     def _fsync_dir(self, directory: Path) -> None:
         if not self.fsync:

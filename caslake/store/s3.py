@@ -293,6 +293,18 @@ _TRANSIENT_MARKERS = re.compile(
     re.IGNORECASE,
 )
 
+# obstore's credential chain ends at the EC2 instance metadata service; when it
+# fails there, no credentials were configured anywhere (its report is a 20-line
+# debug dump, so the user gets one line saying what to set instead).
+_NO_CREDENTIALS = re.compile(r"169\.254\.169\.254|/latest/api/token|"
+                             r"(?:no|missing|failed to (?:load|get|fetch)) credentials",
+                             re.IGNORECASE)
+NO_CREDENTIALS_HELP = (
+    "no AWS credentials were found: pass storage options access_key_id=... and "
+    "secret_access_key=... (CLI: -o access_key_id=... -o secret_access_key=...), or set "
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (plus AWS_SESSION_TOKEN for temporary "
+    "keys), or AWS_PROFILE / AWS_WEB_IDENTITY_TOKEN_FILE for a profile or role")
+
 Op = Literal["get", "get_range", "head", "list", "delete", "put", "put_create", "put_cas"]
 
 
@@ -310,6 +322,8 @@ def map_obstore_error(exc: BaseException, *, op: Op, key: str | None,
     if isinstance(exc, CaslakeError):
         return exc
     detail = f"{op} {key!r} on {where}" if key is not None else f"{op} on {where}"
+    if _NO_CREDENTIALS.search(str(exc)):
+        return StoreConfigError(f"{detail}: {NO_CREDENTIALS_HELP}", key=key)
     message = f"{detail}: {exc}"
     if isinstance(exc, FileNotFoundError | obx.NotFoundError):
         if op in ("put", "put_create"):

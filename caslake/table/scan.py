@@ -53,6 +53,7 @@ from caslake.format.stats import data_file_stats
 from caslake.store.base import GET_RANGE
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.table.footers import FooterCache
+from caslake.table.interop import ArrowExport
 from caslake.table.metadata_io import MetadataIO, Snapshot
 
 POSITION = "__pos"
@@ -205,9 +206,10 @@ class _SparseFile(io.RawIOBase):
                               " (footer offsets do not match the column chunks)")
 
 
-class Scan:
+class Scan(ArrowExport):
     """A planned read of one snapshot, or of a :class:`SnapshotSubset` of one.
-    Build it with ``Table.scan``."""
+    Build it with ``Table.scan``.  DuckDB, Polars and pyarrow read it directly
+    (``__arrow_c_stream__``, :mod:`caslake.table.interop`)."""
 
     def __init__(self, io_: MetadataIO, footers: FooterCache,
                  snapshot: Snapshot | SnapshotSubset,
@@ -456,6 +458,9 @@ class Scan:
 
     def to_reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
+
+    def _export_reader(self) -> pa.RecordBatchReader:
+        return self.to_reader()
 
     def to_arrow(self) -> pa.Table:
         return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)

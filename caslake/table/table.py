@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Self
 
@@ -42,6 +41,8 @@ from caslake.table.clone import with_externals
 from caslake.table.commit import CommitPolicy
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.footers import FooterCache
+from caslake.table.history import HistoryEntry, complete_summary
+from caslake.table.interop import ArrowExport, live_file_list
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.ref_methods import RefMethods
 from caslake.table.requirements import write_requirements
@@ -52,19 +53,6 @@ from caslake.table.transaction import Transaction
 from caslake.table.write import WriteOptions, as_reader, write_data_files
 
 __all__ = ["CommitResult", "HistoryEntry", "TableCore"]
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    version: int
-    created_at: datetime
-    operation: str
-    commit_id: str
-    manifest: str
-    params: dict[str, str]
-    summary: dict[str, int]
-    total_rows: int
-    total_files: int
 
 
 def _ts_to_ms(as_of: datetime | str | int | float) -> int:
@@ -82,7 +70,11 @@ def _ts_to_ms(as_of: datetime | str | int | float) -> int:
     raise InvalidArgument(f"as_of must be a datetime, ISO string or epoch ms, not {as_of!r}")
 
 
-class TableCore(RefMethods):
+class TableCore(ArrowExport, RefMethods):
+    """``pa.table(t)``, ``duckdb.sql('select ... from t')``, ``pl.DataFrame(t)``,
+    ``t.to_pandas()`` and ``t.to_polars()`` read the latest version (see
+    :mod:`caslake.table.interop`)."""
+
     def __init__(self, store: ObjectStore, snapshot: Snapshot, *,
                  write_options: WriteOptions | None = None,
                  commit_policy: CommitPolicy | None = None, io: MetadataIO | None = None,
@@ -210,17 +202,36 @@ class TableCore(RefMethods):
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
 
+    def _export_reader(self) -> pa.RecordBatchReader:
+        return self.scan().to_reader()
+
+    def live_files(self, version: int | None = None) -> list[dict[str, Any]]:
+        """The live data files of the latest version (or ``version``): full ``uri``,
+        ``path``, ``rows``, ``deleted_rows`` (rows tombstones hide: another engine
+        reading the file directly sees them) and ``bytes``."""
+        return live_file_list(self.store, self.io, self._resolve(version, None))
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The table properties at the latest version."""
+        return dict(self._resolve(None, None).manifest.properties)
+
+    def set_properties(self, updates: dict[str, str]) -> CommitResult:
+        """Set (add or replace) table properties as one new version."""
+        if not isinstance(updates, dict) or not updates or not all(
+                isinstance(k, str) and k and isinstance(v, str) for k, v in updates.items()):
+            raise InvalidArgument("set_properties needs a non-empty dict of non-empty string "
+                                  f"keys to string values, not {updates!r}")
+        retention_policy(updates)  # a bad retention.* value commits nothing
+        ctx = self.context
+        started = ctx.meter()
+        changes = Changes("set_properties", properties=dict(updates),
+                          params={"keys": ",".join(sorted(updates))})
+        return run_operation(ctx, "set_properties", lambda base: changes, started=started)
+
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         head = self._resolve(None, None)
-        out = []
-        for s in self.io.history(head, limit):
-            m = s.manifest
-            out.append(HistoryEntry(
-                version=m.version, created_at=datetime.fromtimestamp(m.created_at_ms / 1000, UTC),
-                operation=m.operation, commit_id=m.commit_id, manifest=s.key,
-                params=dict(m.operation_params), summary=dict(m.summary),
-                total_rows=m.totals.live_rows, total_files=m.totals.files))
-        return out
+        return [HistoryEntry.of(s.manifest, s.key) for s in self.io.history(head, limit)]
 
     # --- writes --------------------------------------------------------------------
 
@@ -286,16 +297,19 @@ class TableCore(RefMethods):
         tx.delete(where)
         return tx.commit()
 
-    def upsert(self, data: Any, key: list[str] | str, *,
-               read_version: int | None = None) -> CommitResult:
+    def upsert(self, data: Any, key: list[str] | str, *, read_version: int | None = None,
+               on_duplicate: str = "error") -> CommitResult:
         """CDC-style change in one commit: delete the current rows whose ``key``
         columns equal a key in ``data``, then append ``data``.
 
         For a read-modify-write (new values computed from rows read at version
         ``v``), pass ``read_version=v``: the upsert then raises ReadValidationFailed
-        instead of committing over a concurrent change to any of those keys."""
+        instead of committing over a concurrent change to any of those keys.
+
+        A key twice in ``data`` raises DuplicateKey; ``on_duplicate="last"`` (or
+        ``"first"``) keeps that row of each key instead."""
         tx = Transaction(self.context, read_version=read_version)
-        tx.upsert(data, key)
+        tx.upsert(data, key, on_duplicate=on_duplicate)
         return tx.commit()
 
     def transaction(self, *, read_version: int | None = None) -> Transaction:
@@ -303,28 +317,6 @@ class TableCore(RefMethods):
         everything as one version on a clean exit, nothing if the block raises.
         ``read_version``: see :meth:`upsert`."""
         return Transaction(self.context, read_version=read_version)
-
-    @property
-    def properties(self) -> dict[str, str]:
-        """The table properties of the version this handle last saw."""
-        return dict(self.snapshot.manifest.properties)
-
-    def set_properties(self, updates: dict[str, str]) -> CommitResult:
-        """Set table properties (string keys and values) in one commit.  Properties
-        caslake interprets (``retention.max_age``, ``retention.keep_last_versions``)
-        are checked first: a bad value is InvalidArgument and commits nothing."""
-        if (not isinstance(updates, dict) or not updates
-                or not all(isinstance(k, str) and k and isinstance(v, str)
-                           for k, v in updates.items())):
-            raise InvalidArgument("set_properties needs a non-empty dict of non-empty string "
-                                  f"keys to string values, not {updates!r}")
-        retention_policy(updates)
-        ctx = self.context
-        return run_operation(
-            ctx, "set_properties",
-            lambda base: Changes("set_properties", properties=dict(updates),
-                                 params={k: v for k, v in sorted(updates.items())}),
-            started=ctx.meter())
 
     def describe(self) -> dict[str, Any]:
         snap = self._resolve(None, None)
@@ -359,7 +351,8 @@ def _create(store: ObjectStore, schema: pa.Schema, properties: dict[str, str] | 
     commit_id, token = new_token(), new_token()
     manifest = Manifest(table_id=new_token(), version=0, parent=None, commit_id=commit_id,
                         created_at_ms=int(time.time() * 1000), operation="create",
-                        schema=table_schema, properties=dict(properties or {}))
+                        schema=table_schema, properties=dict(properties or {}),
+                        summary=complete_summary({}))
     key = manifest_key(0, token)
     store.put(key, manifest.to_bytes(), mode=PutMode.CREATE)
     pointer = Pointer(manifest.table_id, 0, key, commit_id)
