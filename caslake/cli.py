@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
-from typing import TextIO
+from typing import Any, TextIO
 
 import pyarrow as pa
 
@@ -358,6 +358,122 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _ref_json(r: Any) -> dict[str, Any]:
+    out: dict[str, Any] = r.to_json()
+    return out
+
+
+def cmd_refs(args: argparse.Namespace, out: TextIO) -> int:
+    table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
+    refs = [_ref_json(r) for r in table.list_refs()]
+    if args.json:
+        _emit_json(refs, out)
+        return 0
+    _print_table(pa.table({
+        "kind": [r["kind"] for r in refs], "name": [r["name"] for r in refs],
+        "version": [r["version"] for r in refs],
+        "branch": [r.get("branch", "") for r in refs],
+        "commit_id": [str(r["commit_id"])[:12] for r in refs]}), out, None)
+    return 0
+
+
+def cmd_branch(args: argparse.Namespace, out: TextIO) -> int:
+    table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
+    result: dict[str, Any]
+    if args.action == "create":
+        b = table.create_branch(args.name, from_version=args.from_version, tag=args.tag)
+        result = {"branch": args.name, "version": b.version}
+    elif args.action == "drop":
+        table.drop_branch(args.name)
+        result = {"dropped_branch": args.name}
+    elif args.action == "fast-forward":
+        v = table.fast_forward(args.target, source=args.name)
+        result = {"branch": args.target, "version": v, "source": args.name}
+    else:
+        res = table.merge(args.name, into=args.target)
+        result = {"branch": args.target, "version": res.version, "source": args.name,
+                  "noop": res.noop, "files_added": res.files_added,
+                  "rows_added": res.rows_added, "rows_deleted": res.rows_deleted}
+    if args.json:
+        _emit_json(result, out)
+    else:
+        out.write(" ".join(f"{k}={v}" for k, v in result.items()) + "\n")
+    return 0
+
+
+def cmd_tag(args: argparse.Namespace, out: TextIO) -> int:
+    table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
+    if args.branch:
+        table = table.branch(args.branch)
+    result: dict[str, Any]
+    if args.action == "create":
+        result = _ref_json(table.create_tag(args.name, version=args.version))
+    else:
+        table.drop_tag(args.name)
+        result = {"dropped_tag": args.name}
+    if args.json:
+        _emit_json(result, out)
+    else:
+        out.write(" ".join(f"{k}={v}" for k, v in result.items()) + "\n")
+    return 0
+
+
+def cmd_clone(args: argparse.Namespace, out: TextIO) -> int:
+    from caslake.api import clone
+
+    opts = _storage_options(args.storage_option)
+    t = clone(args.uri, args.target, version=args.version, tag=args.tag,
+              storage_options=opts)
+    result = {"clone": t.uri, "source": args.uri, "rows": t.describe()["rows"],
+              "files": len(t.describe()["data_files"])}
+    if args.json:
+        _emit_json(result, out)
+    else:
+        out.write(" ".join(f"{k}={v}" for k, v in result.items()) + "\n")
+    return 0
+
+
+def _pair(text: str, what: str) -> tuple[str, str]:
+    a, sep, b = text.partition(":")
+    if not sep or not a or not b:
+        raise InvalidArgument(f"{what} must look like A:B, not {text!r}")
+    return a, b
+
+
+def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
+    table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
+    if args.add or args.rename or args.drop or args.widen:
+        upd = table.update_schema()
+        for spec in args.add or []:
+            upd.add_column(*_pair(spec, "--add"))
+        for spec in args.rename or []:
+            upd.rename_column(*_pair(spec, "--rename"))
+        for name in args.drop or []:
+            upd.drop_column(name)
+        for spec in args.widen or []:
+            upd.widen_column(*_pair(spec, "--widen"))
+        upd.commit()
+    history: list[dict[str, Any]] = []
+    for snap in reversed(table.io.history(table.refresh().snapshot)):
+        m = snap.manifest
+        if history and history[-1]["schema_id"] == m.schema.schema_id:
+            continue
+        history.append({"schema_id": m.schema.schema_id, "since_version": m.version,
+                        "operation": m.operation,
+                        "changes": m.operation_params.get("changes", ""),
+                        "last_field_id": m.schema.last_field_id,
+                        "fields": [f.to_json() for f in m.schema.fields]})
+    if args.json:
+        _emit_json(history, out)
+        return 0
+    for h in history:
+        cols = ", ".join(f"{f['name']}:{f['type']}#{f['id']}" for f in h["fields"])
+        what = h["changes"] or h["operation"]
+        out.write(f"schema {h['schema_id']} (since version {h['since_version']}, {what}): "
+                  f"{cols}\n")
+    return 0
+
+
 def cmd_properties(args: argparse.Namespace, out: TextIO) -> int:
     table = _open_table(args)
     if args.set:
@@ -521,6 +637,42 @@ def build_parser() -> argparse.ArgumentParser:
     sh = table_cmd("show", "version, files, rows, bytes and tombstones of the current version")
     json_flag(sh, "the description")
     sh.set_defaults(fn=cmd_show)
+
+    r = table_cmd("refs", "list branches, tags and clone holds")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(fn=cmd_refs)
+
+    br = table_cmd("branch", "create, drop, fast-forward or merge a branch")
+    br.add_argument("action", choices=["create", "drop", "fast-forward", "merge"])
+    br.add_argument("name", help="the branch (for fast-forward and merge: the source)")
+    br.add_argument("--from-version", type=int, help="create: fork at this version of main")
+    br.add_argument("--tag", help="create: fork at this tag")
+    br.add_argument("--target", default="main", help="fast-forward / merge into this branch")
+    br.add_argument("--json", action="store_true")
+    br.set_defaults(fn=cmd_branch)
+
+    tg = table_cmd("tag", "create or drop an immutable tag")
+    tg.add_argument("action", choices=["create", "drop"])
+    tg.add_argument("name")
+    tg.add_argument("--version", type=int, help="create: tag this version (default: latest)")
+    tg.add_argument("--branch", help="create: a version of this branch (default: main)")
+    tg.add_argument("--json", action="store_true")
+    tg.set_defaults(fn=cmd_tag)
+
+    cl = table_cmd("clone", "zero-copy clone of a table (uri) into a new table (target)")
+    cl.add_argument("target", help="where the clone is created")
+    cl.add_argument("--version", type=int, help="clone this version (default: latest)")
+    cl.add_argument("--tag", help="clone the version of this tag")
+    cl.add_argument("--json", action="store_true")
+    cl.set_defaults(fn=cmd_clone)
+
+    sc = table_cmd("schema", "schema history (ids and changes); optionally change it")
+    sc.add_argument("--add", action="append", metavar="NAME:TYPE", help="add a column")
+    sc.add_argument("--rename", action="append", metavar="OLD:NEW", help="rename a column")
+    sc.add_argument("--drop", action="append", metavar="NAME", help="drop a column")
+    sc.add_argument("--widen", action="append", metavar="NAME:TYPE", help="widen a type")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(fn=cmd_schema)
 
     pr = table_cmd("properties", "print the table properties, or set some (one commit)")
     pr.add_argument("--set", action="append", metavar="KEY=VALUE",

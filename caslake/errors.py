@@ -113,6 +113,58 @@ class UnknownColumn(InvalidPredicate):
         self.available = available
 
 
+class InvalidRefName(InvalidArgument):
+    """A branch or tag name is not valid (empty, ``..``, ``/`` at an end, control
+    characters, ...).  ``name`` is the name, ``reason`` why it is refused."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"invalid ref name {name!r}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
+class RefNotFound(UserInputError):
+    """No branch or tag of that name exists (a dropped tag counts as absent)."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(f"no {kind} named {name!r}")
+        self.kind = kind
+        self.name = name
+
+
+class RefAlreadyExists(UserInputError):
+    """A branch or tag of that name exists, or (tags) existed: a dropped tag's name
+    is never reused, so no reader can see other data under it."""
+
+    def __init__(self, kind: str, name: str, *, retired: bool = False) -> None:
+        what = (f"tag {name!r} was dropped and its name can never be reused"
+                if retired else f"a {kind} named {name!r} already exists")
+        super().__init__(what)
+        self.kind = kind
+        self.name = name
+        self.retired = retired
+
+
+class RefInUse(UserInputError):
+    """A ref cannot be dropped because something still needs it; ``holders`` names
+    each of them (e.g. ``tag 'q3'``, ``clone s3://b/t2``)."""
+
+    def __init__(self, kind: str, name: str, holders: list[str]) -> None:
+        super().__init__(f"cannot drop {kind} {name!r}: still needed by "
+                         f"{', '.join(holders)}; drop those first")
+        self.kind = kind
+        self.name = name
+        self.holders = holders
+
+
+class InvalidSchemaChange(UserInputError):
+    """A schema change is not allowed (an incompatible widening, a rename onto an
+    existing name, dropping the last column, an unknown column...).  ``column``
+    names the column at fault."""
+
+    def __init__(self, message: str, *, column: str | None = None) -> None:
+        super().__init__(message)
+        self.column = column
 class AmbiguousColumn(InvalidPredicate):
     """A column name matches several columns case-insensitively and none exactly."""
 
@@ -211,6 +263,19 @@ class TxnAlreadyApplied(CommitConflict):
     callers of the public API."""
 
     default_help = "nothing to do: this (app id, version) is already committed"
+
+
+class BranchDiverged(CommitConflict):
+    """A fast-forward or merge found the target branch changed since the source
+    forked from it in a way the operation cannot reconcile; nothing was applied."""
+
+    default_help = ("merge the target into the source (or re-create the source from "
+                    "the target) and try again")
+
+    def __init__(self, message: str, *, target: str, source: str) -> None:
+        super().__init__(message)
+        self.target = target
+        self.source = source
 
 
 class CommitOutcomeUnknown(CaslakeError):

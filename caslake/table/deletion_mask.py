@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from caslake.errors import CorruptMetadata, NotFound
+from caslake.format.keys import external_key, split_external
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.schema import TableSchema
 from caslake.format.stats import value_from_json
@@ -161,7 +162,11 @@ def load_masks(store: ObjectStore, cache: TombstoneCache, refs: Iterable[Tombsto
     by_id = schema.by_id()
     masks: dict[str, DeletionMask] = {}
     for ref, tomb in zip(relevant, tombs, strict=True):
-        entries = {fd.path: fd for fd in tomb.files}
+        # A tombstone of a cloned table names that table's data files; under this
+        # table they carry the same alias as the tombstone (format.md, "Clones").
+        alias, _ = split_external(ref.path)
+        entries = {(fd.path if alias is None else external_key(fd.path, alias)): fd
+                   for fd in tomb.files}
         for path in ref.files:
             fd = entries.get(path)
             if fd is None:

@@ -31,19 +31,24 @@ from caslake.errors import (
 from caslake.expr import Expr
 from caslake.format.keys import POINTER_KEY, manifest_key, new_token
 from caslake.format.manifest import Manifest, Pointer, format_ts
+from caslake.format.properties import retention_policy
 from caslake.format.schema import TableSchema
 from caslake.store import open_store
 from caslake.store.base import ObjectStore, PutMode
+from caslake.table import refs
 from caslake.table.changes import Changes, check_txn, txn_applied, write_prepare
+from caslake.table.clone import with_externals
 from caslake.table.commit import CommitPolicy
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.footers import FooterCache
 from caslake.table.history import HistoryEntry, complete_summary
 from caslake.table.interop import ArrowExport, live_file_list
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.ref_methods import RefMethods
 from caslake.table.requirements import write_requirements
 from caslake.table.runner import CommitResult, TableContext, noop_result, run_operation
 from caslake.table.scan import Scan
+from caslake.table.schema_update import SchemaUpdate, align_input, with_schema
 from caslake.table.transaction import Transaction
 from caslake.table.write import WriteOptions, as_reader, write_data_files
 
@@ -65,7 +70,7 @@ def _ts_to_ms(as_of: datetime | str | int | float) -> int:
     raise InvalidArgument(f"as_of must be a datetime, ISO string or epoch ms, not {as_of!r}")
 
 
-class TableCore(ArrowExport):
+class TableCore(ArrowExport, RefMethods):
     """``pa.table(t)``, ``duckdb.sql('select ... from t')``, ``pl.DataFrame(t)``,
     ``t.to_pandas()`` and ``t.to_polars()`` read the latest version (see
     :mod:`caslake.table.interop`)."""
@@ -88,8 +93,12 @@ class TableCore(ArrowExport):
     @classmethod
     def open(cls, uri: str, *, storage_options: dict[str, str] | None = None,
              write_options: WriteOptions | None = None) -> Self:
-        """Open an existing table at its latest version.  Raises TableNotFound."""
-        return cls.load(open_store(uri, storage_options), write_options=write_options)
+        """Open an existing table at its latest version.  Raises TableNotFound.  A
+        clone's store also reads the objects it references in its source."""
+        store = open_store(uri, storage_options)
+        head = MetadataIO(store).latest()
+        return cls.load(with_externals(store, head.manifest, storage_options),
+                        write_options=write_options)
 
     @classmethod
     def create(cls, uri: str, schema: pa.Schema, *,
@@ -99,6 +108,10 @@ class TableCore(ArrowExport):
         """Create an empty table (version 0).  Raises TableAlreadyExists."""
         store = open_store(uri, storage_options)
         return cls(store, _create(store, schema, properties), write_options=write_options)
+
+    def _handle_for(self, pointer_key: str, snapshot: Snapshot) -> Self:
+        return type(self)(self.store, snapshot, write_options=self.write_options,
+                          commit_policy=self.commit_policy, pointer_key=pointer_key)
 
     # --- state ---------------------------------------------------------------------
 
@@ -179,10 +192,12 @@ class TableCore(ArrowExport):
     # --- reads ---------------------------------------------------------------------
 
     def scan(self, columns: Sequence[str] | None = None, where: str | Expr | None = None,
-             version: int | None = None, as_of: datetime | str | int | None = None) -> Scan:
-        """Pin a snapshot (latest, or by version / timestamp) and plan a read of it."""
-        return Scan(self.io, self.footers, self._resolve(version, as_of), columns, where,
-                    self.tombstones)
+             version: int | None = None, as_of: datetime | str | int | None = None, *,
+             ref: str | None = None, tag: str | None = None) -> Scan:
+        """Pin a snapshot (latest, or by version / timestamp; of this handle's branch,
+        of branch ``ref``, or the version tag ``tag`` names) and plan a read of it."""
+        return Scan(self.io, self.footers, self._resolve_ref(version, as_of, ref, tag),
+                    columns, where, self.tombstones)
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
@@ -207,6 +222,7 @@ class TableCore(ArrowExport):
                 isinstance(k, str) and k and isinstance(v, str) for k, v in updates.items()):
             raise InvalidArgument("set_properties needs a non-empty dict of non-empty string "
                                   f"keys to string values, not {updates!r}")
+        retention_policy(updates)  # a bad retention.* value commits nothing
         ctx = self.context
         started = ctx.meter()
         changes = Changes("set_properties", properties=dict(updates),
@@ -220,9 +236,22 @@ class TableCore(ArrowExport):
     # --- writes --------------------------------------------------------------------
 
     def append(self, data: Any, *, txn: tuple[str, int] | None = None,
-               params: dict[str, str] | None = None) -> CommitResult:
-        """Write ``data`` as new data files and commit them as exactly one new version."""
-        return self._write("append", data, remove_all=False, txn=txn, params=params)
+               params: dict[str, str] | None = None,
+               schema_mode: str | None = None) -> CommitResult:
+        """Write ``data`` as new data files and commit them as exactly one new version.
+
+        Columns match the table by name, and a column renamed since the data was
+        read matches by its field id.  Columns the table lacks are refused
+        (SchemaMismatch naming them) unless ``schema_mode="merge"``, which adds
+        them (nullable) in the same commit."""
+        return self._write("append", data, remove_all=False, txn=txn, params=params,
+                           schema_mode=schema_mode)
+
+    def update_schema(self) -> SchemaUpdate:
+        """A builder of schema changes that commits once: ``.add_column(name, type)``,
+        ``.rename_column(old, new)``, ``.drop_column(name)``, ``.widen_column(name,
+        type)``, ``.make_nullable(name)``, then ``.commit()``."""
+        return SchemaUpdate(self.context)
 
     def overwrite(self, data: Any, *, txn: tuple[str, int] | None = None,
                   params: dict[str, str] | None = None) -> CommitResult:
@@ -233,7 +262,8 @@ class TableCore(ArrowExport):
         return self._write("overwrite", data, remove_all=True, txn=txn, params=params)
 
     def _write(self, operation: str, data: Any, *, remove_all: bool,
-               txn: tuple[str, int] | None, params: dict[str, str] | None) -> CommitResult:
+               txn: tuple[str, int] | None, params: dict[str, str] | None,
+               schema_mode: str | None = None) -> CommitResult:
         ctx = self.context
         started = ctx.meter()
         if txn is not None:
@@ -242,12 +272,16 @@ class TableCore(ArrowExport):
         if txn_applied(start.manifest.txns, txn):
             return noop_result(ctx, operation, start, started=started)
         schema = start.manifest.schema
-        files = write_data_files(self.store, as_reader(data), schema, self.write_options)
-        if not files and not remove_all:
+        reader, merged = align_input(as_reader(data), schema, schema_mode)
+        if merged is not None:
+            refs.ensure_format(ctx.io)  # a schema change: format 2
+        files = write_data_files(self.store, reader, merged or schema, self.write_options)
+        if not files and not remove_all and merged is None:
             return noop_result(ctx, operation, start, started=started, commit_id="")
+        prepare = write_prepare(operation, files, remove_all=remove_all, txn=txn,
+                                params=params)
         return run_operation(
-            ctx, operation, write_prepare(operation, files, remove_all=remove_all, txn=txn,
-                                          params=params),
+            ctx, operation, lambda base: with_schema(prepare(base), merged),
             requirements=write_requirements(operation, schema, txn=txn,
                                             base_version=start.version if remove_all else None),
             started=started)
