@@ -126,8 +126,11 @@ def test_concurrent_add_column_rebases_an_append_and_a_rename_conflicts(table) -
     assert got.column("extra").to_pylist() == [None]
     stale = caslake.open_table(table.uri)
     other.refresh().update_schema().rename_column("name", "label").commit()
+    # The stale handle's data has every column it knows (``extra`` included), so the
+    # append gets as far as the commit, where the rename is a conflict.
+    row = data([11]).append_column("extra", pa.array([None], pa.int64()))
     with pytest.raises(ConcurrentModification) as e:
-        stale.append(data([11]))
+        stale.append(row)
     assert isinstance(e.value, CommitConflict)
     rival = caslake.open_table(table.uri)
     pending = rival.update_schema().add_column("z", "string")
