@@ -23,8 +23,10 @@ from caslake.export.hook import export_on_commit
 from caslake.export.iceberg import export_iceberg
 from caslake.export.result import ExportResult
 from caslake.export.roots import export_roots
+from caslake.expr import Expr
 from caslake.maintenance.compact import compact
 from caslake.maintenance.gc import DEFAULT_RETENTION, GcReport, collect_garbage
+from caslake.maintenance.purge import Progress, PurgeReport, purge
 from caslake.table.runner import CommitResult
 from caslake.table.table import HistoryEntry, TableCore
 from caslake.table.write import WriteOptions
@@ -46,6 +48,14 @@ class Table(TableCore):
         deleted, into new files in one commit (see :mod:`caslake.maintenance.compact`)."""
         return compact(self.context, target_file_size=target_file_size,
                        deleted_fraction=deleted_fraction)
+
+    def purge(self, where: str | Expr, *, dry_run: bool = False, expire: bool = False,
+              progress: Progress | None = None, audit_key: bytes | None = None
+              ) -> PurgeReport:
+        """Physically erase the rows ``where`` matches, by row-group splice, in one
+        version (see :mod:`caslake.maintenance.purge`)."""
+        return purge(self.context, where, dry_run=dry_run, expire=expire, progress=progress,
+                     audit_key=audit_key)
 
     def gc(self, *, retention: timedelta = DEFAULT_RETENTION, dry_run: bool = False,
            now: datetime | None = None, force: bool = False) -> GcReport:

@@ -219,6 +219,26 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
+    table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
+    report = table.purge(args.where, dry_run=args.dry_run, expire=args.expire)
+    if args.json:
+        _emit_json(report.to_json(), out)
+    elif report.noop:
+        out.write(f"no row matches: nothing to purge (version {report.version})\n")
+    else:
+        what = "would erase" if report.dry_run else "erased"
+        out.write(f"{what} {report.rows_erased:,} row(s) in {report.files_rewritten} file(s), "
+                  f"{report.row_groups_reencoded} row group(s) re-encoded"
+                  + ("" if report.dry_run else f", as version {report.version}") + "\n")
+        for f in report.files:
+            out.write(f"  {f.path}: {f.strategy}\n")
+        out.write(f"  uploaded {report.bytes_uploaded:,} B, downloaded "
+                  f"{report.bytes_downloaded:,} B, copied in the store {report.bytes_copied:,} B "
+                  f"(a whole-file rewrite uploads {report.whole_file_rewrite_bytes:,} B)\n")
+    return 0
+
+
 def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:
     from datetime import timedelta
 
@@ -354,6 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--deleted-fraction", type=float, default=0.1,
                    help="rewrite files with at least this share of rows deleted (default 0.1)")
     k.set_defaults(fn=cmd_compact)
+
+    pu = table_cmd("purge", "physically erase matching rows (row-group splice, one version)")
+    pu.add_argument("--where", required=True, help="SQL predicate of the rows to erase")
+    pu.add_argument("--dry-run", action="store_true", help="plan and report, write nothing")
+    pu.add_argument("--expire", action="store_true",
+                    help="also expire the versions that still reference the erased values")
+    pu.add_argument("--json", action="store_true")
+    pu.set_defaults(fn=cmd_purge)
 
     g = table_cmd("gc", "expire old versions and delete objects no retained version uses")
     g.add_argument("--retain-hours", type=float, default=168.0,

@@ -214,6 +214,11 @@ class StoreConfigError(StoreError):
     """The store URI or its options are unusable (bad URI, credentials, bucket)."""
 
 
+class StoreCapabilityUnsupported(StoreError):
+    """The backend does not offer an optional capability (e.g. an S3-compatible endpoint
+    that rejects UploadPartCopy).  Callers fall back to a path without it."""
+
+
 # --- datasets (caslake.dataset, RFC-0008) ----------------------------------------
 
 

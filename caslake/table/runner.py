@@ -152,13 +152,14 @@ def run_operation(ctx: TableContext, operation: str,
 
 
 def noop_result(ctx: TableContext, operation: str, snapshot: Snapshot, *,
-                started: dict[str, int], commit_id: str | None = None) -> CommitResult:
+                started: dict[str, int], commit_id: str | None = None,
+                attempts: int = 0) -> CommitResult:
     """The report of an operation that found nothing to commit on ``snapshot`` (which
-    becomes the handle's)."""
+    becomes the handle's), after ``attempts`` commit attempts (rounds it lost)."""
     ctx._set_snapshot(snapshot)
     requests = _cost(ctx, started)
     return CommitResult(snapshot.version,
                         snapshot.manifest.commit_id if commit_id is None else commit_id,
-                        operation, 0, noop=True, requests=requests,
+                        operation, attempts, noop=True, requests=requests,
                         bytes_in=requests.get("bytes_in", 0),
                         bytes_out=requests.get("bytes_out", 0))
