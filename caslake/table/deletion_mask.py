@@ -10,7 +10,6 @@ Never writes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +26,7 @@ from caslake.format.stats import value_from_json
 from caslake.format.tombstone import KeyRange, Tombstone, parse_tombstone
 from caslake.store.base import ObjectStore
 from caslake.table.cache import LruCache
+from caslake.table.pools import fetch_all
 
 
 @dataclass(frozen=True)
@@ -154,11 +154,7 @@ def load_masks(store: ObjectStore, cache: TombstoneCache, refs: Iterable[Tombsto
             relevant.append(ref)
     if not relevant:
         return {}
-    if len(relevant) == 1:
-        tombs = [cache.get(store, relevant[0])]
-    else:
-        with ThreadPoolExecutor(max_workers=min(16, len(relevant))) as pool:
-            tombs = list(pool.map(lambda r: cache.get(store, r), relevant))
+    tombs = fetch_all(lambda r: cache.get(store, r), relevant)
     by_id = schema.by_id()
     masks: dict[str, DeletionMask] = {}
     for ref, tomb in zip(relevant, tombs, strict=True):

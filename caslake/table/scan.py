@@ -22,10 +22,9 @@ row groups, split to bound memory) with a small in-order prefetch window.
 from __future__ import annotations
 
 import io
-import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,8 +54,10 @@ from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.table.footers import FooterCache
 from caslake.table.interop import ArrowExport
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.pools import fetch_all, shared_pool
 
 POSITION = "__pos"
+SLICE_RUN_ROWS = 4096  # mean surviving run length above which deletes are sliced out
 _LOCAL_FS = pafs.LocalFileSystem()
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 PREFETCH_UNITS = 4
@@ -335,10 +336,7 @@ class Scan(ArrowExport):
         return self._plan
 
     def _fetch_footers(self, files: list[DataFile]) -> list[FooterInfo]:
-        if len(files) <= 1:
-            return [self._footers.get(self._store, f) for f in files]
-        with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
-            return list(pool.map(lambda f: self._footers.get(self._store, f), files))
+        return fetch_all(lambda f: self._footers.get(self._store, f), files)
 
     # --- execution -------------------------------------------------------------
 
@@ -418,10 +416,9 @@ class Scan(ArrowExport):
             table = table.append_column(POSITION, pa.array(np.concatenate(
                 [np.arange(start, start + n, dtype=np.int64) for _, start, n in spans]),
                 pa.int64()))
-        if task.mask is not None:
-            keep = task.mask.keep_mask(spans, table)
-            if keep is not None:
-                table = table.filter(pa.array(keep, pa.bool_()))
+        keep = task.mask.keep_mask(spans, table) if task.mask is not None else None
+        if keep is not None:
+            table = drop_deleted(table, keep)
         if self._bound is not None:
             table = filter_table(table, self._bound)
         return table.select([*self.columns, POSITION] if with_positions else self.columns)
@@ -439,7 +436,8 @@ class Scan(ArrowExport):
             return
         window: deque[Future[pa.Table]] = deque()
         pending = iter(units)
-        pool = _unit_pool()
+        # Units never wait on other units, so one process-wide pool cannot deadlock.
+        pool = shared_pool("scan", PREFETCH_UNITS * 2)
         try:
             def refill() -> None:
                 while len(window) < PREFETCH_UNITS:
@@ -469,19 +467,23 @@ class Scan(ArrowExport):
         return sum(b.num_rows for b in self.to_batches())
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
+def drop_deleted(table: pa.Table, keep: np.ndarray) -> pa.Table:
+    """The rows of ``table`` where ``keep`` is true, in order.
 
-
-def _unit_pool() -> ThreadPoolExecutor:
-    """One process-wide pool for work units; scans share it instead of each
-    starting threads.  Units never wait on other units, so sharing cannot deadlock."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=PREFETCH_UNITS * 2,
-                                       thread_name_prefix="caslake-scan")
-        return _POOL
+    Few, scattered deletes leave long runs of kept rows: those are zero-copy
+    slices of the decoded columns (no per-row work at all).  Dense deletes go
+    through one vectorised ``filter``."""
+    dead = np.flatnonzero(~keep)
+    if len(dead) == 0:
+        return table
+    if (len(dead) + 1) * SLICE_RUN_ROWS > table.num_rows:
+        return table.filter(pa.array(keep, pa.bool_()))
+    starts = np.concatenate(([0], dead + 1))  # [start, end) of the runs between deletes
+    ends = np.concatenate((dead, [table.num_rows]))
+    runs = [(int(a), int(b)) for a, b in zip(starts, ends, strict=True) if b > a]
+    if not runs:
+        return table.slice(0, 0)
+    return pa.concat_tables([table.slice(a, b - a) for a, b in runs])
 
 
 def _same_values(a: pa.DataType, b: pa.DataType) -> bool:

@@ -38,6 +38,7 @@ from caslake.table.coerce import SchemaConformer
 __all__ = ["SchemaConformer", "WriteOptions", "as_reader", "write_data_files"]
 
 MiB = 1024 * 1024
+ZSTD_DEFAULT_LEVEL = 3  # chosen by measurement on TPC-H lineitem (docs/format.md, Compression)
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,12 @@ class WriteOptions:
     target_file_size: int = 256 * MiB
     row_group_size: int = 8 * MiB  # target compressed bytes per row group
     compression: Any = "zstd"  # any codec pyarrow.parquet accepts
-    compression_level: int | None = None
+    compression_level: int | None = None  # None: ZSTD_DEFAULT_LEVEL for zstd, else the codec's
+
+    def level(self) -> int | None:
+        if self.compression_level is None and str(self.compression).lower() == "zstd":
+            return ZSTD_DEFAULT_LEVEL
+        return self.compression_level
 
     def __post_init__(self) -> None:
         if self.target_file_size <= 0 or self.row_group_size <= 0:
@@ -77,7 +83,7 @@ class _FileBuilder:
         os.close(fd)
         self.sink = pa.OSFile(self.path, "wb")
         self.writer = pq.ParquetWriter(self.sink, schema, compression=options.compression,
-                                       compression_level=options.compression_level,
+                                       compression_level=options.level(),
                                        write_statistics=True, **WRITE_PAGE_CHECKSUMS)
         self.rows = 0
 
