@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import core, deletes
+from benchmarks import core, deletes, metadata
 from benchmarks import dataset as dataset_bench
 from benchmarks import spark as spark_bench
 
@@ -13,6 +13,7 @@ def main() -> int:
     quick = "--quick" in sys.argv
     core.main(quick=quick)
     deletes.main(quick=quick)
+    metadata.main(quick=quick)
     dataset_bench.main(quick=quick)
     spark_bench.main(quick=quick)
     return 0
