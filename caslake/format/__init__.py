@@ -5,7 +5,8 @@ storage is parsed by exactly one function here, which validates it and turns
 any defect into :class:`caslake.errors.CorruptMetadata` naming the object.
 """
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: segment objects with statistics summaries; 1 is still read
+TOMBSTONE_FORMAT_VERSION = 1  # tombstones did not change in version 2
 
 # Counts, sizes and offsets on storage are signed 64-bit (as in Parquet); a
 # larger value in a document is a defect, not a number to pass on to the OS.

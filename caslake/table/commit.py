@@ -26,6 +26,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from caslake.errors import (
     CommitConflict,
@@ -41,6 +42,7 @@ from caslake.format.manifest import Pointer
 from caslake.store.base import IfMatch, PutMode
 from caslake.table.changes import Changes, apply_changes, check_requirements
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.segments import write_segment
 
 
 @dataclass(frozen=True)
@@ -175,8 +177,11 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
             return CommitOutcome(base, commit_id, attempt, noop=True,
                                  unsettled=tuple(sorted(unsettled)))
         check_requirements(base, changes)
-        key, manifest = apply_changes(base, changes, commit_id=commit_id, token=new_token(),
-                                      created_at_ms=now_ms(), load=io.load_manifests)
+        key, manifest = apply_changes(
+            base, changes, commit_id=commit_id, token=new_token(), created_at_ms=now_ms(),
+            load=partial(io.segment_entries, where=base.key),
+            write=partial(write_segment, store, schema=base.manifest.schema,
+                          version=base.version + 1))
         store.put(key, manifest.to_bytes(), mode=PutMode.CREATE)
         if on_attempt:
             on_attempt("manifest-written", attempt)
