@@ -4,10 +4,10 @@ Immutable Parquet data files and manifests, one compare-and-swap pointer
 (``_latest_manifest``), no catalog, no lock service.
 """
 
+from caslake.api import CommitResult, HistoryEntry, Table, create_table, open_table
 from caslake.errors import CaslakeError
 from caslake.expr import col, lit
 from caslake.table.commit import CommitPolicy
-from caslake.table.table import CommitResult, HistoryEntry, Table, create_table, open_table
 from caslake.table.write import WriteOptions
 
 __all__ = [

@@ -17,8 +17,8 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
+from caslake.api import Table, create_table, open_table
 from caslake.errors import CaslakeError, InvalidArgument
-from caslake.table.table import Table, create_table, open_table
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2

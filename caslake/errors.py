@@ -6,7 +6,10 @@ subclasses are grouped by what the caller should do about them:
 * :class:`UserInputError` -- fix the call (schema, predicate, argument).
 * :class:`TableNotFound` / :class:`TableAlreadyExists` -- the table is not in
   the state the call assumed.
-* :class:`CommitConflict` -- another writer won; re-run the operation.
+* :class:`CommitConflict` -- another writer won; nothing was applied.  By what
+  to do next: :class:`ConcurrentModification` (recompute and re-run),
+  :class:`ReadValidationFailed` (read again, then recompute),
+  :class:`RetryBudgetExhausted` (retry later).
 * :class:`CommitOutcomeUnknown` -- the outcome could not be settled; read the
   table before retrying.
 * :class:`CorruptMetadata` -- something on storage is damaged; run
@@ -88,14 +91,47 @@ class VersionNotFound(UserInputError):
 class CommitConflict(CaslakeError):
     """The commit could not be applied because other writers moved the table.
 
-    ``help`` tells the caller what to do next.
+    Nothing of it was applied.  The subclasses say what the caller should do
+    next; ``help`` says it in words.  ``except CommitConflict`` catches them all.
     """
 
-    def __init__(self, message: str, *, attempts: int = 0,
-                 help: str = "re-run the operation against the new table version") -> None:
+    default_help = "re-run the operation against the new table version"
+
+    def __init__(self, message: str, *, attempts: int = 0, help: str | None = None) -> None:
+        help = help or self.default_help
         super().__init__(f"{message} (help: {help})")
         self.attempts = attempts
         self.help = help
+
+
+class ConcurrentModification(CommitConflict):
+    """A concurrent commit changed what this operation was planned on (the base
+    version, the schema, a file it rewrites): recompute the change on the new
+    version and run it again."""
+
+    default_help = "re-run the operation so it is planned on the new table version"
+
+
+class ReadValidationFailed(CommitConflict):
+    """A change computed from rows read at ``read_version`` would commit over a
+    concurrent change to rows it could match: read again, then recompute."""
+
+    default_help = "read the table again and recompute the change"
+
+
+class RetryBudgetExhausted(CommitConflict):
+    """Other writers kept winning the pointer until the retry budget ran out; the
+    change itself is still valid: retry later (or commit less often)."""
+
+    default_help = "retry later, or lower the commit rate on this table"
+
+
+class TxnAlreadyApplied(CommitConflict):
+    """A commit tagged with this ``(app id, version)`` has already landed: there is
+    nothing left to do.  The commit loop turns it into a no-op; it does not reach
+    callers of the public API."""
+
+    default_help = "nothing to do: this (app id, version) is already committed"
 
 
 class CommitOutcomeUnknown(CaslakeError):

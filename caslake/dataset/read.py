@@ -46,7 +46,7 @@ from caslake.expr import (
     referenced_columns,
     to_arrow,
 )
-from caslake.format.stats import row_group_stats
+from caslake.format.parquet import row_group_stats
 from caslake.store.base import ObjectStore
 
 #: Parallel requests when a store has no local path (HEADs, whole-part GETs).

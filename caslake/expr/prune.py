@@ -1,6 +1,8 @@
 """Statistics pruning: can any row of a file or row group satisfy a predicate?
 
-This module owns :class:`ColumnStats` and :func:`might_match`.  The one rule
+This module owns :func:`might_match` (over
+:class:`~caslake.format.stats.ColumnStats`, which the format layer decodes
+from manifests and footers).  The one rule
 it must never break is *soundness*: ``might_match`` may answer True for a
 chunk where no row matches, but it never answers False for a chunk where some
 row could match.  Whenever it cannot prove "no row matches" -- a column without
@@ -32,28 +34,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from caslake.errors import InvalidPredicate
 from caslake.expr.bind import BoundExpr, is_float_type
 from caslake.expr.nodes import And, Compare, Const, Expr, In, IsNull, Not, Or
+from caslake.format.stats import ColumnStats
 
 __all__ = ["ColumnStats", "might_match"]
-
-
-@dataclass(frozen=True)
-class ColumnStats:
-    """Statistics of one column over one chunk (file or row group).
-
-    Values are Python values as ``pa.scalar(v, type).as_py()`` returns them;
-    ``None`` means unknown.  ``min``/``max`` exclude NULLs (and, for floats,
-    may or may not exclude NaN -- a NaN bound is treated as unknown).
-    """
-
-    min: Any | None
-    max: Any | None
-    null_count: int | None
 
 
 _UNKNOWN = ColumnStats(None, None, None)

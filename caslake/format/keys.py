@@ -7,8 +7,10 @@
     segment/v<version>-<token>.arrow       immutable segment objects (format 2)
 
 Keys stored inside metadata are always relative to the table root and must
-pass :func:`check_relative_key`, so a manifest can never point outside its
-table (no ``..``, no absolute paths, no other buckets or schemes).
+pass :func:`check_relative_key` -- the store's key rules
+(:mod:`caslake.store.keys`) plus a prefix and a safe character set -- so a
+manifest can never point outside its table (no ``..``, no absolute paths, no
+other buckets or schemes).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import UTC, datetime
+
+from caslake.store.keys import key_problem
 
 POINTER_KEY = "_latest_manifest"
 MANIFEST_PREFIX = "manifest/"
@@ -59,14 +63,18 @@ def tombstone_key() -> str:
 
 
 def check_relative_key(key: object, *, prefix: str) -> str | None:
-    """Return a reason the key is unsafe, or None if it is a well-formed table key."""
-    if not isinstance(key, str) or not key:
-        return "key must be a non-empty string"
+    """Return a reason the key is unsafe, or None if it is a well-formed table key.
+
+    A table key is a valid object key (:func:`caslake.store.keys.key_problem`:
+    relative, '/'-separated, no empty, '.' or '..' segment) that starts with
+    ``prefix`` and whose segments use only ``A-Z a-z 0-9 . _ = -`` (so no
+    scheme, no absolute path, no other bucket)."""
+    problem = key_problem(key)
+    if problem is not None or not isinstance(key, str):
+        return problem or "key must be a string"
     if not key.startswith(prefix):
         return f"key {key!r} must start with {prefix!r}"
-    if "://" in key or key.startswith("/") or "\\" in key:
-        return f"key {key!r} is not relative to the table root"
     for part in key.split("/"):
-        if part in ("", ".", "..") or not _SAFE_SEGMENT.match(part):
+        if not _SAFE_SEGMENT.match(part):
             return f"key {key!r} has an illegal path segment {part!r}"
     return None

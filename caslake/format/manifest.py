@@ -165,6 +165,15 @@ class Manifest:
     # to them is VersionNotFound); carried forward by every commit.
     oldest_version: int = 0
 
+    def deleted_rows_per_file(self) -> dict[str, int]:
+        """Rows the tombstones delete in each data file that has any (one live
+        tombstone per file, but older manifests may hold several: they add up)."""
+        out: dict[str, int] = {}
+        for ref in self.tombstones:
+            for path, n in ref.files.items():
+                out[path] = out.get(path, 0) + n
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "format": MANIFEST_FORMAT,
@@ -369,6 +378,12 @@ def parse_data_file(obj: object, schema: TableSchema, *, source: str) -> DataFil
     """Validate one data-file entry (e.g. from a Spark task's commit message);
     defects are CorruptMetadata naming ``source``."""
     return _parse_data_file(_Doc(source, obj), schema)
+
+
+def parse_table_schema(obj: object, *, source: str) -> TableSchema:
+    """Validate a ``TableSchema.to_json()`` object (e.g. from a Spark commit message)
+    with the manifest's own schema parser; defects are CorruptMetadata naming ``source``."""
+    return _parse_schema(_Doc(source, obj))
 
 
 def _parse_segment_ref(s: _Doc) -> SegmentRef:

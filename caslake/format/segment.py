@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from caslake.errors import CorruptMetadata, UnsupportedFormatVersion
 from caslake.format import FORMAT_VERSION
-from caslake.format.manifest import DataFile, _Doc, _parse_schema, parse_data_file
+from caslake.format.manifest import DataFile, parse_data_file, parse_table_schema
 from caslake.format.schema import TableSchema
 
 SEGMENT_FORMAT = "caslake.segment"
@@ -222,7 +222,7 @@ class SegmentFile:
         if fv > FORMAT_VERSION:
             raise UnsupportedFormatVersion(key, f"format_version {fv} is not supported by "
                                            f"this reader (it reads up to {FORMAT_VERSION})")
-        self.schema = _parse_schema(_Doc(key, header.get("schema"), "schema"))
+        self.schema = parse_table_schema(header.get("schema"), source=key)
         self.summary = parse_summary(header, "header", key)
         raw_blocks = header.get("blocks")
         if not isinstance(raw_blocks, list):

@@ -1,4 +1,9 @@
-"""Per-column statistics: capture from Parquet footers, and their JSON form.
+"""Per-column statistics: :class:`ColumnStats`, their JSON form in manifests, and decoding.
+
+Capturing statistics from Parquet footers is :mod:`caslake.format.parquet`'s
+job; this module owns the values.  :func:`column_stats` is the one place that
+turns manifest statistics into :class:`ColumnStats` (a bad value is
+CorruptMetadata naming the manifest).
 
 JSON encodings, chosen so values round-trip exactly:
 
@@ -17,16 +22,33 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from caslake.expr import ColumnStats
+from caslake.errors import CorruptMetadata
+from caslake.format.manifest import DataFile
+from caslake.format.schema import Field
 
 JsonStats = dict[str, Any]  # {"min": v, "max": v, "nulls": n}; keys may be absent
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    """Statistics of one column over one chunk (file or row group).
+
+    Values are Python values as ``pa.scalar(v, type).as_py()`` returns them;
+    ``None`` means unknown.  ``min``/``max`` exclude NULLs (and, for floats,
+    may or may not exclude NaN -- a NaN bound is treated as unknown).
+    This is what :func:`caslake.expr.might_match` prunes with.
+    """
+
+    min: Any | None
+    max: Any | None
+    null_count: int | None
 
 
 def value_to_json(value: Any, t: pa.DataType) -> Any:
@@ -105,73 +127,27 @@ def value_from_json(value: Any, t: pa.DataType, *, upper: bool = False) -> Any:
     raise TypeError(f"no statistics are kept for {t}")
 
 
-def _rg_column_stats(stats: Any) -> tuple[Any, Any, int | None]:
-    if stats is None:
-        return None, None, None
-    nulls = stats.null_count if stats.has_null_count else None
-    if not stats.has_min_max:
-        return None, None, nulls
-    return stats.min, stats.max, nulls
+def column_stats(js: Mapping[str, Any] | None, t: pa.DataType, *, key: str, path: str,
+                 column: str) -> ColumnStats:
+    """Manifest statistics of one column of data file ``path`` as pruning values.
 
-
-def row_group_stats(md: pq.FileMetaData, rg: int, columns: dict[str, pa.DataType]
-                    ) -> dict[str, ColumnStats]:
-    """Footer statistics of one row group, as pruning values, for the named top-level columns."""
-    group = md.row_group(rg)
-    out: dict[str, ColumnStats] = {}
-    for i in range(group.num_columns):
-        chunk = group.column(i)
-        name = chunk.path_in_schema
-        t = columns.get(name)
-        if t is None:
-            continue
-        lo, hi, nulls = _rg_column_stats(chunk.statistics)
-        if value_to_json(lo, t) is None or value_to_json(hi, t) is None:
-            lo = hi = None
-        out[name] = ColumnStats(min=lo, max=hi, null_count=nulls)
-    return out
-
-
-def file_stats(md: pq.FileMetaData, columns: dict[str, pa.DataType]) -> dict[str, JsonStats]:
-    """Whole-file stats, merged over row groups, in JSON form, keyed by column name."""
-    acc: dict[str, JsonStats] = {}
-    known_minmax: dict[str, bool] = {name: True for name in columns}
-    known_nulls: dict[str, bool] = {name: True for name in columns}
-    for rg in range(md.num_row_groups):
-        for name, cs in row_group_stats(md, rg, columns).items():
-            t = columns[name]
-            entry = acc.setdefault(name, {})
-            if cs.null_count is None:
-                known_nulls[name] = False
-            else:
-                entry["nulls"] = entry.get("nulls", 0) + cs.null_count
-            if cs.min is None or cs.max is None:
-                if md.row_group(rg).num_rows > (cs.null_count or 0) or cs.null_count is None:
-                    known_minmax[name] = False
-                continue
-            lo, hi = value_to_json(cs.min, t), value_to_json(cs.max, t)
-            if "min" not in entry or _less(lo, entry["min"], t):
-                entry["min"] = lo
-            if "max" not in entry or _less(entry["max"], hi, t):
-                entry["max"] = hi
-    for name in list(acc):
-        if not known_minmax[name]:
-            acc[name].pop("min", None)
-            acc[name].pop("max", None)
-        if not known_nulls[name]:
-            acc[name].pop("nulls", None)
-    return acc
-
-
-def _less(a: Any, b: Any, t: pa.DataType) -> bool:
-    if pa.types.is_decimal(t):
-        return Decimal(a) < Decimal(b)
-    return bool(a < b)
-
-
-def to_column_stats(js: Mapping[str, Any] | None, t: pa.DataType) -> ColumnStats:
+    The one decoder of manifest statistics: any value that does not decode as the
+    column's type is CorruptMetadata naming ``key`` (the manifest holding them)."""
     if not js:
         return ColumnStats(min=None, max=None, null_count=None)
-    return ColumnStats(min=value_from_json(js.get("min"), t),
-                       max=value_from_json(js.get("max"), t, upper=True),
-                       null_count=js.get("nulls"))
+    try:
+        return ColumnStats(min=value_from_json(js.get("min"), t),
+                           max=value_from_json(js.get("max"), t, upper=True),
+                           null_count=js.get("nulls"))
+    except (TypeError, ValueError, OverflowError, ArithmeticError) as e:
+        raise CorruptMetadata(key, f"statistics of {column!r} for {path} are not valid ({e})"
+                              ) from None
+
+
+def data_file_stats(f: DataFile, fields: Iterable[Field], *, key: str
+                    ) -> dict[str, ColumnStats]:
+    """Pruning statistics of ``fields`` (those the manifest has stats for) of data
+    file ``f``, listed in manifest ``key``; a bad value is CorruptMetadata."""
+    return {fld.name: column_stats(f.stats[fld.id], fld.arrow_type, key=key, path=f.path,
+                                   column=fld.name)
+            for fld in fields if fld.id in f.stats}

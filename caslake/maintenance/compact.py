@@ -11,33 +11,33 @@ Rules (docs/protocol.md, "Compaction"):
 * **The commit.** One ``compact`` version that removes the picked files (and with
   them their tombstone references) and adds the new files: the same rows,
   fewer files, no tombstones.  The live row count is checked before committing.
-* **Concurrency.** On a rebase the commit is valid only if no picked file was
-  removed or got a new tombstone since the version it was read at; otherwise the
-  compaction is planned again from the new version (a concurrent delete is never
-  lost and a deleted row never comes back), at most ``max_replans`` times.
+* **Concurrency.** The commit requires that no picked file was removed or got a
+  new tombstone since the version it was read at (``FilesUntouchedSince``); when
+  that fails (:class:`ConcurrentModification`) the compaction is planned again
+  from the new version (a concurrent delete is never lost and a deleted row never
+  comes back), at most ``max_replans`` times.  Any other conflict -- a retry
+  budget that ran out -- is raised as is: planning again would not help.
   Deletes planned before a compaction that land after it re-plan on the new
   files, as they do after any commit that removes files.
 
 The files it replaced become garbage once their versions expire (``gc``).
+Works on a :class:`TableContext`, never on the ``Table`` facade; commits only
+through :func:`caslake.table.runner.run_operation`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from caslake.errors import CommitConflict, CorruptMetadata, InvalidArgument
+from caslake.errors import ConcurrentModification, CorruptMetadata, InvalidArgument
 from caslake.format.manifest import DataFile
 from caslake.table.changes import Changes
-from caslake.table.commit import commit_with_retry
-from caslake.table.delete import touched_since
 from caslake.table.metadata_io import Snapshot
-from caslake.table.scan import Scan
+from caslake.table.requirements import FilesUntouchedSince
+from caslake.table.runner import CommitResult, TableContext, noop_result, run_operation
+from caslake.table.scan import Scan, SnapshotSubset
 from caslake.table.write import write_data_files
-
-if TYPE_CHECKING:
-    from caslake.table.table import CommitResult, Table
 
 COMPACT = "compact"
 
@@ -54,14 +54,11 @@ class CompactionPlan:
         return self.rewrite + self.drop
 
 
-def plan_compaction(table: Table, base: Snapshot, *, target_file_size: int,
+def plan_compaction(ctx: TableContext, base: Snapshot, *, target_file_size: int,
                     deleted_fraction: float) -> CompactionPlan | None:
-    deleted: dict[str, int] = {}
-    for ref in base.manifest.tombstones:
-        for path, n in ref.files.items():
-            deleted[path] = deleted.get(path, 0) + n
+    deleted = base.manifest.deleted_rows_per_file()
     small, dirty, drop = [], [], []
-    for f in table.io.live_files(base):
+    for f in ctx.io.live_files(base):
         gone = deleted.get(f.path, 0)
         if gone >= f.row_count:
             drop.append(f)
@@ -78,53 +75,48 @@ def plan_compaction(table: Table, base: Snapshot, *, target_file_size: int,
     return CompactionPlan(base, rewrite, tuple(drop), live)
 
 
-def compact(table: Table, *, target_file_size: int | None = None,
+def compact(ctx: TableContext, *, target_file_size: int | None = None,
             deleted_fraction: float = 0.1, max_replans: int = 3) -> CommitResult:
-    """Rewrite small and mostly-deleted files of ``table`` in one commit (see module doc).
-    Returns a no-op result when there is nothing worth rewriting."""
-    from caslake.table.table import CommitResult
-
-    target = target_file_size or table.write_options.target_file_size
+    """Rewrite small and mostly-deleted files of the table in one commit (see module
+    doc).  Returns a no-op result when there is nothing worth rewriting."""
+    target = target_file_size or ctx.write_options.target_file_size
     if target <= 0 or not 0 < deleted_fraction <= 1 or max_replans < 0:
         raise InvalidArgument("compact needs target_file_size > 0, 0 < deleted_fraction <= 1 "
                               "and max_replans >= 0")
-    before = table.store.counters.snapshot()
+    started = ctx.meter()
     replans = 0  # rounds lost to a concurrent change of a picked file (each >= 1 attempt)
     for attempt in range(max_replans + 1):
-        base = table.io.latest()
-        plan = plan_compaction(table, base, target_file_size=target,
+        base = ctx.refresh()
+        plan = plan_compaction(ctx, base, target_file_size=target,
                                deleted_fraction=deleted_fraction)
         if plan is None:
-            table._set_snapshot(base)
-            return CommitResult(base.version, base.manifest.commit_id, COMPACT, 0, noop=True)
-        new_files = _rewrite(table, plan, target)
+            return noop_result(ctx, COMPACT, base, started=started)
+        new_files = _rewrite(ctx, plan, target)
+        untouched = FilesUntouchedSince(plan.base, frozenset(f.path for f in plan.removed),
+                                        COMPACT)
         try:
-            outcome = commit_with_retry(table.io, _prepare(table, plan, new_files),
-                                        policy=table.commit_policy)
-        except CommitConflict:
+            result = run_operation(ctx, COMPACT, _prepare(plan, new_files),
+                                   requirements=(untouched,), started=started)
+        except ConcurrentModification:
             if attempt == max_replans:
                 raise
             replans += 1
             continue  # a picked file changed: plan again from the new version
-        table._set_snapshot(outcome.snapshot)
-        after = table.store.counters.snapshot()
-        return CommitResult(
-            version=outcome.snapshot.version, commit_id=outcome.commit_id, operation=COMPACT,
-            attempts=outcome.attempts + replans, files_added=len(new_files),
-            rows_added=sum(f.row_count for f in new_files), files_removed=len(plan.removed),
-            noop=outcome.noop, requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
+        # The summary counts the rewritten rows as deleted with their old files; they
+        # are all in the new files, so compaction reports no row deleted.
+        return replace(result, attempts=result.attempts + replans, rows_deleted=0)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _rewrite(table: Table, plan: CompactionPlan, target: int) -> tuple[DataFile, ...]:
+def _rewrite(ctx: TableContext, plan: CompactionPlan, target: int) -> tuple[DataFile, ...]:
     if not plan.rewrite:
         return ()
-    scan = Scan(table.io, table.footers, plan.base, None, None, table.tombstones,
-                only_files=[f.path for f in plan.rewrite])
-    options = table.write_options
+    scan = Scan(ctx.io, ctx.footers, SnapshotSubset.of(plan.base, plan.rewrite), None, None,
+                ctx.tombstones)
+    options = ctx.write_options
     if options.target_file_size != target:
         options = replace(options, target_file_size=target)
-    files = write_data_files(table.store, scan.to_reader(), plan.base.manifest.schema, options)
+    files = write_data_files(ctx.store, scan.to_reader(), plan.base.manifest.schema, options)
     rows = sum(f.row_count for f in files)
     if rows != plan.live_rows:
         raise CorruptMetadata(plan.base.key, f"compaction read {rows} live rows from "
@@ -132,14 +124,9 @@ def _rewrite(table: Table, plan: CompactionPlan, target: int) -> tuple[DataFile,
     return tuple(files)
 
 
-def _prepare(table: Table, plan: CompactionPlan, new_files: tuple[DataFile, ...]
+def _prepare(plan: CompactionPlan, new_files: tuple[DataFile, ...]
              ) -> Callable[[Snapshot], Changes | None]:
-    paths = {f.path for f in plan.removed}
-
     def prepare(base: Snapshot) -> Changes | None:
-        if touched_since(table.io, plan.base, base, paths):
-            raise CommitConflict("a file being compacted was changed by a concurrent commit",
-                                 help="run compact again")
         return Changes(COMPACT, add_files=new_files, remove_files=plan.removed,
                        params={"files_rewritten": str(len(plan.rewrite)),
                                "files_dropped": str(len(plan.drop))})

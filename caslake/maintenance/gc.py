@@ -18,6 +18,8 @@ The rules (docs/protocol.md, "GC"):
 A crash at any point leaves a valid table: the marker is an ordinary commit,
 and every deletion removes an object no retained version can reach.  Running GC
 again finishes the job.  ``dry_run=True`` reports without committing or deleting.
+Works on a :class:`TableContext`, never on the ``Table`` facade; the marker
+commits only through :func:`caslake.table.runner.run_operation`.
 """
 
 from __future__ import annotations
@@ -26,16 +28,13 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from caslake.errors import InvalidArgument
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX
 from caslake.table.changes import Changes
-from caslake.table.commit import commit_with_retry
 from caslake.table.metadata_io import MetadataIO, Snapshot
-
-if TYPE_CHECKING:
-    from caslake.table.table import Table
+from caslake.table.runner import TableContext, run_operation
 
 MIN_RETENTION = timedelta(hours=24)
 DEFAULT_RETENTION = timedelta(days=7)
@@ -80,29 +79,29 @@ def check_retention(retention: timedelta, force: bool) -> None:
             "force=True (--force) only if no writer can be running that long")
 
 
-def collect_garbage(table: Table, *, retention: timedelta = DEFAULT_RETENTION,
+def collect_garbage(ctx: TableContext, *, retention: timedelta = DEFAULT_RETENTION,
                     dry_run: bool = False, now: datetime | None = None,
                     force: bool = False) -> GcReport:
     """Expire versions older than ``retention`` and delete what no retained version
-    references.  ``now`` is injectable for tests; it defaults to the wall clock."""
+    references.  ``now`` is injectable for tests; it defaults to the handle's clock."""
     check_retention(retention, force)
-    now = now or datetime.now(UTC)
+    now = now or datetime.fromtimestamp(ctx.now_ms() / 1000, UTC)
     if now.tzinfo is None:
         raise InvalidArgument("gc 'now' must be timezone-aware")
     cutoff = now - retention
     cutoff_ms = int(cutoff.timestamp() * 1000)
-    io = table.io
-    head = io.latest()
+    io = ctx.io
+    head = ctx.refresh()
     oldest = _oldest_to_keep(io, head, cutoff_ms)
     if oldest > head.manifest.oldest_version and not dry_run:
-        head = _commit_marker(table, oldest)
+        head = _commit_marker(ctx, oldest)
     retained = _retained(io, head, oldest)
     referenced = _referenced(io, retained)
     report = GcReport(dry_run=dry_run, cutoff=cutoff, head_version=head.version,
                       oldest_version=oldest, retained_versions=len(retained))
     doomed: list[tuple[str, int]] = []
     for prefix in _PREFIXES:
-        for meta in table.store.list(prefix):
+        for meta in ctx.store.list(prefix):
             if meta.key in referenced:
                 continue
             if meta.last_modified is None or meta.last_modified >= cutoff:
@@ -112,8 +111,8 @@ def collect_garbage(table: Table, *, retention: timedelta = DEFAULT_RETENTION,
             report.deleted.setdefault(prefix.rstrip("/"), []).append(meta.key)
             report.bytes_deleted += meta.size
     if not dry_run:
-        _delete_all(table, (k for k, _ in doomed))
-    table.refresh()
+        _delete_all(ctx, (k for k, _ in doomed))
+    ctx.refresh()
     return report
 
 
@@ -129,14 +128,15 @@ def _oldest_to_keep(io: MetadataIO, head: Snapshot, cutoff_ms: int) -> int:
     return floor
 
 
-def _commit_marker(table: Table, oldest: int) -> Snapshot:
+def _commit_marker(ctx: TableContext, oldest: int) -> Snapshot:
     def prepare(base: Snapshot) -> Changes | None:
         if base.manifest.oldest_version >= oldest:
             return None
         return Changes(EXPIRE, oldest_version=oldest,
                        params={"oldest_version": str(oldest)})
 
-    return commit_with_retry(table.io, prepare, policy=table.commit_policy).snapshot
+    run_operation(ctx, EXPIRE, prepare, started=ctx.meter())
+    return ctx.snapshot
 
 
 def _retained(io: MetadataIO, head: Snapshot, oldest: int) -> list[Snapshot]:
@@ -154,9 +154,9 @@ def _referenced(io: MetadataIO, versions: Iterable[Snapshot]) -> set[str]:
     return keys
 
 
-def _delete_all(table: Table, keys: Iterable[str]) -> None:
+def _delete_all(ctx: TableContext, keys: Iterable[str]) -> None:
     keys = list(keys)
     if not keys:
         return
     with ThreadPoolExecutor(max_workers=min(16, len(keys))) as pool:
-        list(pool.map(table.store.delete, keys))
+        list(pool.map(ctx.store.delete, keys))

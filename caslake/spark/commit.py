@@ -31,9 +31,11 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from caslake.api import create_table
 from caslake.errors import (
     CommitConflict,
     CommitOutcomeUnknown,
+    ConcurrentModification,
     StoreError,
     TableAlreadyExists,
     TableNotFound,
@@ -46,7 +48,7 @@ from caslake.store.base import ObjectStore
 from caslake.table.changes import txn_applied, write_prepare
 from caslake.table.commit import CommitOutcome, commit_with_retry, find_commit, settle
 from caslake.table.metadata_io import MetadataIO
-from caslake.table.table import create_table
+from caslake.table.requirements import write_requirements
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +139,14 @@ def commit_files(store: ObjectStore, *, uri: str, storage_options: dict[str, str
                 required = 0
             except TableAlreadyExists:
                 if overwrite:
-                    raise CommitConflict(
+                    raise ConcurrentModification(
                         "the table was created by another writer during this overwrite",
                         help="re-run the overwrite") from None
-        prepare = write_prepare(operation, files, schema, remove_all=overwrite, txn=txn,
-                                params=params, requires_version=required if overwrite else None)
-        outcome = commit_with_retry(MetadataIO(store), prepare, commit_id=commit_id)
+        prepare = write_prepare(operation, files, remove_all=overwrite, txn=txn, params=params)
+        requirements = write_requirements(operation, schema, txn=txn,
+                                          base_version=required if overwrite else None)
+        outcome = commit_with_retry(MetadataIO(store), prepare, requirements=requirements,
+                                    commit_id=commit_id)
     except CommitOutcomeUnknown as e:
         _record(commit_id, OpenCommit(after, e.version))
         raise

@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
+from caslake.api import CommitResult, open_table
 from caslake.errors import (
     CommitConflict,
     InvalidArgument,
@@ -49,8 +50,7 @@ from caslake.errors import (
 )
 from caslake.expr import Expr
 from caslake.format.keys import new_token
-from caslake.format.manifest import Manifest, TombstoneRef
-from caslake.spark.source import _table_schema_from_json, data_file_from_json
+from caslake.spark.messages import data_file_from_json
 from caslake.spark.types import conform_for_read, conform_for_write, spark_type_for
 from caslake.spark.write import WriteTarget
 from caslake.store import open_store
@@ -64,10 +64,10 @@ from caslake.table.delete import (
     matching_positions,
 )
 from caslake.table.deletion_mask import TombstoneCache
+from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.scan import POSITION, FileTask, FooterCache, Scan
-from caslake.table.table import CommitResult, open_table
-from caslake.table.transaction import Transaction
+from caslake.table.scan import POSITION, FileTask, Scan, SnapshotSubset
+from caslake.table.transaction import Transaction, upsert_keys
 
 # Upserts with at most this many distinct keys send the key set to every task
 # (a broadcast); larger key sets are matched by a Spark semi-join.
@@ -81,66 +81,33 @@ POSITIONS = "positions"
 
 @dataclass(frozen=True)
 class MatchJob:
-    """The pinned snapshot the driver planned on, as executors need it."""
+    """Where executors open the table's store."""
 
     uri: str
     storage_options: dict[str, str]
-    version: int
-    manifest_key: str
-    schema: dict[str, Any]  # TableSchema.to_json()
-
-
-@dataclass(frozen=True)
-class FileGroup:
-    """One Spark task's files: planned entries, their surviving row groups and the
-    tombstone references that hold their deletions."""
-
-    files: tuple[dict[str, Any], ...]  # DataFile.to_json()
-    row_groups: tuple[tuple[int, ...], ...]
-    tombstones: tuple[dict[str, Any], ...]  # TombstoneRef.to_json(), restricted to files
 
 
 def group_tasks(tasks: Sequence[FileTask], snapshot: Snapshot, groups: int
-                ) -> list[FileGroup]:
-    """Split planned file tasks into at most ``groups`` groups of similar bytes."""
+                ) -> list[SnapshotSubset]:
+    """Split planned file tasks into at most ``groups`` groups of similar bytes: one
+    Spark task each, as the subset of ``snapshot`` holding the group's files, their
+    tombstones and their surviving row groups."""
     bins: list[list[FileTask]] = [[] for _ in range(max(1, min(groups, len(tasks))))]
     sizes = [0] * len(bins)
     for task in sorted(tasks, key=lambda t: -t.bytes_to_read):
         i = sizes.index(min(sizes))
         bins[i].append(task)
         sizes[i] += max(1, task.bytes_to_read)
-    out = []
-    for members in bins:
-        paths = {t.file.path for t in members}
-        refs = []
-        for ref in snapshot.manifest.tombstones:
-            files = {p: n for p, n in ref.files.items() if p in paths}
-            if files:
-                refs.append(TombstoneRef(ref.path, ref.size, ref.etag, files).to_json())
-        out.append(FileGroup(tuple(t.file.to_json() for t in members),
-                             tuple(tuple(t.row_groups) for t in members), tuple(refs)))
-    return out
+    return [SnapshotSubset.of(snapshot, [t.file for t in members],
+                              {t.file.path: t.row_groups for t in members})
+            for members in bins]
 
 
-def group_scan(job: MatchJob, group: FileGroup, cond: Condition) -> Scan:
-    """On an executor: the core's condition scan over a view of the pinned version
-    that holds only the group's files (and their tombstones), restricted to the
-    row groups the driver planned."""
+def group_scan(job: MatchJob, group: SnapshotSubset, cond: Condition) -> Scan:
+    """On an executor: the core's condition scan over the group's subset of the
+    pinned version (the row groups the driver planned)."""
     store = open_store(job.uri, job.storage_options or None)
-    schema = _table_schema_from_json(job.schema)
-    files = tuple(data_file_from_json(d, schema) for d in group.files)
-    refs = tuple(TombstoneRef(str(r["path"]), int(r["size"]), str(r["etag"]),
-                              {str(p): int(n) for p, n in r["files"].items()})
-                 for r in group.tombstones)
-    manifest = Manifest(table_id="", version=job.version, parent=None, commit_id="",
-                        created_at_ms=0, operation="spark-delete", schema=schema,
-                        files=files, tombstones=refs)
-    scan = condition_scan(MetadataIO(store), FooterCache(), TombstoneCache(),
-                          Snapshot(manifest, job.manifest_key), cond)
-    wanted = {f["path"]: set(rgs) for f, rgs in zip(group.files, group.row_groups, strict=True)}
-    for task in scan.plan().tasks:
-        task.row_groups = [rg for rg in task.row_groups if rg in wanted[task.file.path]]
-    return scan
+    return condition_scan(MetadataIO(store), FooterCache(), TombstoneCache(), group, cond)
 
 
 _POSITIONS_SCHEMA = StructType([StructField(PATH, StringType()),
@@ -186,7 +153,7 @@ def _bitmap_of_file(table: pa.Table) -> pa.Table:
                     schema=to_arrow_schema(_POSITIONS_SCHEMA))
 
 
-def run_match_job(spark: SparkSession, job: MatchJob, groups: list[FileGroup],
+def run_match_job(spark: SparkSession, job: MatchJob, groups: list[SnapshotSubset],
                   cond: Condition, key_frame: DataFrame | None = None
                   ) -> dict[str, BitMap]:
     """Run one Spark task per group; return the matching positions per file.
@@ -234,8 +201,7 @@ def spark_planner(spark: SparkSession, uri: str, storage_options: Mapping[str, s
     def plan(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache,
              base: Snapshot, conditions: Sequence[Condition]) -> DeletePlan:
         out = DeletePlan(base)
-        job = MatchJob(uri, dict(storage_options or {}), base.version, base.key,
-                       base.manifest.schema.to_json())
+        job = MatchJob(uri, dict(storage_options or {}))
         for cond in conditions:
             tasks = condition_scan(io, footers, tombstones, base, cond).plan().tasks
             if not tasks:
@@ -264,7 +230,7 @@ def delete(spark: SparkSession, uri: str, where: str | Expr, *,
     matches nothing creates no version.  ``read_version``: see ``Table.delete``."""
     where = check_where(where)
     table = open_table(uri, storage_options=storage_options)
-    tx = Transaction(table, read_version=read_version,
+    tx = Transaction(table.context, read_version=read_version,
                      planner=spark_planner(spark, uri, storage_options))
     tx.delete(where)
     tx.stage("delete", params={"engine": "spark"})
@@ -301,18 +267,11 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
     evaluated twice (its rows, then its keys): persist it first if it is costly
     or not deterministic.  Up to ``broadcast_keys_limit`` distinct keys are
     sent to every task; more are matched with a Spark semi-join."""
-    keys = [key] if isinstance(key, str) else list(key)
-    if not keys:
-        raise InvalidArgument("upsert needs at least one key column")
     if broadcast_keys_limit < 0:
         raise InvalidArgument("broadcast_keys_limit must be >= 0")
     table = open_table(uri, storage_options=storage_options)
     target = table.schema
-    for k in keys:
-        if k not in df.columns:
-            raise SchemaMismatch(f"upsert key column {k!r} is not in the data", column=k)
-        if k not in target.names:
-            raise SchemaMismatch(f"upsert key column {k!r} is not in the table", column=k)
+    keys = upsert_keys(key, df.columns, target.names)
     for f in target:
         if not f.nullable and f.name not in df.columns:
             raise SchemaMismatch(f"column {f.name!r} ({f.type}, not null) is missing from "
@@ -344,7 +303,7 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
                 first_plan_failed = plans == 1
                 raise
 
-        tx = Transaction(table, planner=planner)
+        tx = Transaction(table.context, planner=planner)
         tx.stage("upsert", files=files, conditions=[cond] if cond is not None else [],
                  params={"key": ",".join(keys), "engine": "spark"})
         provable = False

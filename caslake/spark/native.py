@@ -55,14 +55,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from caslake.api import Table, open_table
 from caslake.errors import CorruptMetadata, InvalidArgument, SchemaMismatch
-from caslake.format.manifest import DataFile, Manifest
+from caslake.format.manifest import DataFile
 from caslake.spark.types import spark_schema_for
 from caslake.store import LocalStore, ObjectStore, S3Store
 from caslake.table.deletion_mask import DeletionMask, load_masks
-from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.scan import Scan
-from caslake.table.table import Table, open_table
+from caslake.table.metadata_io import Snapshot
+from caslake.table.scan import Scan, SnapshotSubset
 
 # Deletions up to this many rows are broadcast to every task (a hash anti-join
 # with no shuffle); more are left to Spark's join planning.
@@ -222,8 +222,7 @@ def deleted_positions(table: Table, snap: Snapshot, files: Sequence[DataFile]
         f = by_path[path]
         if not mask.row_groups and not mask.key_ranges:
             return path, mask.deleted_positions([])
-        md = table.footers.get(table.store, f)
-        group_rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+        group_rows = table.footers.get(table.store, f).group_rows
         keys = _key_values(table, snap, f, sorted(mask.key_columns())) if mask.key_ranges \
             else None
         return path, mask.deleted_positions(group_rows, keys)
@@ -239,12 +238,10 @@ def deleted_positions(table: Table, snap: Snapshot, files: Sequence[DataFile]
 
 def _key_values(table: Table, snap: Snapshot, f: DataFile, columns: list[str]) -> pa.Table:
     """Every row's values of ``columns`` in file ``f``, in file order (no deletions
-    applied), read by caslake's scan of a one-file view of the snapshot."""
-    view = Manifest(table_id="", version=snap.version, parent=None, commit_id="",
-                    created_at_ms=0, operation="read-native", schema=snap.manifest.schema,
-                    files=(f,))
-    values = Scan(MetadataIO(table.store), table.footers, Snapshot(view, snap.key), columns,
-                  None).to_arrow()
+    applied), read by caslake's scan of the one-file subset of the snapshot, given
+    no tombstones."""
+    view = SnapshotSubset(snap.version, snap.key, snap.manifest.schema, (f,))
+    values = Scan(table.io, table.footers, view, columns, None).to_arrow()
     if values.num_rows != f.row_count:
         raise CorruptMetadata(f.path, f"read {values.num_rows} rows; the manifest says "
                               f"{f.row_count}")

@@ -4,10 +4,11 @@ Read: ``spark.read.format("caslake").option(...).load(uri)``.  The reader pins
 one snapshot when the read is planned (its constructor resolves ``version`` /
 ``timestamp`` or the latest version once), plans the scan on the driver with
 the absorbed filters (file and row-group pruning), and hands every executor
-task one data file: its manifest entry, its tombstones, the surviving row
-groups, the columns and the predicate.  The task rebuilds a one-file snapshot
-and runs caslake's own Scan on it, so deletes and the exact row filter apply
-as in ``Table.scan``; no metadata is re-read on executors.
+task a :class:`~caslake.table.scan.SnapshotSubset` of one data file (its
+manifest entry, its tombstones, the surviving row groups), the columns and the
+predicate.  The task runs caslake's own Scan on that subset, so deletes and
+the exact row filter apply as in ``Table.scan``; no metadata is re-read on
+executors.
 
 Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``
 (:mod:`caslake.spark.write`): one table commit per job; options ``txnAppId`` +
@@ -26,7 +27,7 @@ import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -38,13 +39,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from caslake.api import open_table
 from caslake.errors import (
     InvalidArgument,
     SchemaMismatch,
 )
 from caslake.expr import Expr
-from caslake.format.manifest import DataFile, Manifest, TombstoneRef, parse_data_file
-from caslake.format.schema import Field, TableSchema
 from caslake.spark.filters import split_filters
 from caslake.spark.types import (
     conform_for_read,
@@ -53,10 +53,9 @@ from caslake.spark.types import (
 )
 from caslake.store import open_store
 from caslake.store.base import ObjectStore
-from caslake.table.deletion_mask import TombstoneCache
+from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.scan import FooterCache, Scan
-from caslake.table.table import open_table
+from caslake.table.scan import Scan, SnapshotSubset
 
 if TYPE_CHECKING:  # imported where used: these modules import this one
     from caslake.spark.stream import CaslakeStreamWriter
@@ -125,38 +124,30 @@ class ReadOptions:
         return ReadOptions(uri, storage_options_from(options), version, ts, columns)
 
 
-def _table_schema_from_json(js: Mapping[str, Any]) -> TableSchema:
-    return TableSchema(tuple(Field(int(f["id"]), str(f["name"]), str(f["type"]),
-                                   bool(f["nullable"])) for f in js["fields"]),
-                       schema_id=int(js.get("schema_id", 0)))
-
-
-def data_file_from_json(obj: Mapping[str, Any], schema: TableSchema) -> DataFile:
-    """Parse a ``DataFile.to_json()`` dict back, validated by the manifest codec."""
-    return parse_data_file(dict(obj), schema, source="spark commit message")
-
-
 # --- reading ----------------------------------------------------------------------
 
 
 @dataclass
 class CaslakePartition(InputPartition):
-    """One planned data file of the pinned snapshot (picklable: plain values only)."""
+    """Row groups of one planned data file of the pinned snapshot (picklable)."""
 
     uri: str
     storage_options: dict[str, str]
-    version: int
-    manifest_key: str
-    schema: dict[str, Any]  # TableSchema.to_json()
-    file: dict[str, Any]  # DataFile.to_json()
-    tombstones: list[tuple[str, int, str, int]]  # (path, size, etag, rows deleted in file)
-    row_groups: list[int]
+    subset: SnapshotSubset  # one file, its tombstones, the row groups to read
     columns: list[str]
     where: Expr | None = None
     where_text: str = ""
 
     def __post_init__(self) -> None:
-        super().__init__(self.file["path"])
+        super().__init__(self.path)
+
+    @property
+    def path(self) -> str:
+        return self.subset.files[0].path
+
+    @property
+    def row_groups(self) -> list[int]:
+        return sorted(self.subset.row_groups.get(self.path, ()))
 
 
 def split_row_groups(groups: Sequence[int], nbytes: int, target: int | None = None
@@ -195,20 +186,7 @@ def read_partition(p: CaslakePartition, store: ObjectStore | None = None
     and options), e.g. to observe its request counters."""
     if store is None:
         store = open_store(p.uri, p.storage_options or None)
-    schema = _table_schema_from_json(p.schema)
-    data_file = data_file_from_json(p.file, schema)
-    refs = tuple(TombstoneRef(path, size, etag, {data_file.path: n})
-                 for path, size, etag, n in p.tombstones)
-    # A one-file view of the pinned version: same schema, this file, its tombstones.
-    manifest = Manifest(table_id="", version=p.version, parent=None, commit_id="",
-                        created_at_ms=0, operation="spark-read", schema=schema,
-                        files=(data_file,), tombstones=refs)
-    scan = Scan(MetadataIO(store), FooterCache(), Snapshot(manifest, p.manifest_key),
-                p.columns, p.where, TombstoneCache())
-    wanted = set(p.row_groups)
-    for task in scan.plan().tasks:
-        task.row_groups = [rg for rg in task.row_groups if rg in wanted]
-    yield from scan.to_batches()
+    yield from Scan(MetadataIO(store), FooterCache(), p.subset, p.columns, p.where).to_batches()
 
 
 class CaslakeReader(DataSourceReader):
@@ -223,8 +201,8 @@ class CaslakeReader(DataSourceReader):
                           as_of=options.timestamp)  # pins the snapshot, once
         self.version = scan.snapshot.version
         self.manifest_key = scan.snapshot.key
-        self.table_schema = scan.snapshot.manifest.schema.to_json()
-        arrow = scan.snapshot.manifest.schema.to_arrow()
+        self.table_schema = scan.snapshot.manifest.schema
+        arrow = self.table_schema.to_arrow()
         for f in schema.fields:
             have = spark_type_for(arrow.field(f.name).type)
             if have != f.dataType:
@@ -235,7 +213,7 @@ class CaslakeReader(DataSourceReader):
         self.where: Expr | None = None
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:
-        arrow = _table_schema_from_json(self.table_schema).to_arrow()
+        arrow = self.table_schema.to_arrow()
         self.where, rest = split_filters(list(filters), arrow)
         return rest
 
@@ -244,16 +222,11 @@ class CaslakeReader(DataSourceReader):
         store = open_store(opts.uri, opts.storage_options or None)
         io = MetadataIO(store)
         snapshot = Snapshot(io.load_manifest(self.manifest_key), self.manifest_key)
-        plan = Scan(io, FooterCache(), snapshot, self.columns, self.where,
-                    TombstoneCache()).plan()
-        refs = snapshot.manifest.tombstones
+        plan = Scan(io, FooterCache(), snapshot, self.columns, self.where).plan()
         return [CaslakePartition(
-            uri=opts.uri, storage_options=opts.storage_options, version=self.version,
-            manifest_key=self.manifest_key, schema=self.table_schema,
-            file=task.file.to_json(),
-            tombstones=[(r.path, r.size, r.etag, r.files[task.file.path])
-                        for r in refs if task.file.path in r.files],
-            row_groups=groups, columns=self.columns, where=self.where,
+            uri=opts.uri, storage_options=opts.storage_options,
+            subset=SnapshotSubset.of(snapshot, [task.file], {task.file.path: groups}),
+            columns=self.columns, where=self.where,
             where_text=str(self.where) if self.where is not None else "")
             for task in plan.tasks
             for groups in split_row_groups(task.row_groups, task.bytes_to_read)]

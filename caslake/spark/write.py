@@ -31,7 +31,7 @@ from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile
 from caslake.format.schema import TableSchema
 from caslake.spark.commit import abort_files, commit_files, forget_commit
-from caslake.spark.source import _table_schema_from_json, data_file_from_json
+from caslake.spark.messages import data_file_from_json, table_schema_from_json
 from caslake.spark.types import arrow_schema_for, conform_for_write, writable
 from caslake.store import open_store
 from caslake.store.base import ObjectStore
@@ -122,7 +122,7 @@ class WriteTarget:
                    batches: Iterator[pa.RecordBatch]) -> CaslakeCommitMessage:
         """Upload one task's rows as data files (on an executor); on failure remove
         what this task uploaded, since nothing can reference it."""
-        schema = _table_schema_from_json(self.table_schema)
+        schema = table_schema_from_json(self.table_schema)
         target = schema.to_arrow()
         uploaded: list[str] = []
         put_file = store.put_file
@@ -155,7 +155,7 @@ def message_files(messages: Sequence[WriterCommitMessage | None],
         raise SchemaMismatch("the tasks of one write used different table schemas "
                              "(the table was created or changed during the write)")
     js = next((m.schema for m in ours if m.schema is not None and m.files), default_schema)
-    schema = _table_schema_from_json(js)
+    schema = table_schema_from_json(js)
     return schema, [data_file_from_json(d, schema) for m in ours for d in m.files]
 
 

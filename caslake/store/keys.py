@@ -15,21 +15,29 @@ from caslake.errors import InvalidArgument
 RESERVED_PREFIX = ".caslake-"
 
 
+def key_problem(key: object) -> str | None:
+    """Why ``key`` is not a valid object key, or None if it is.  The one statement
+    of these rules: :func:`check_key` raises with it, and the format layer's
+    stricter table-key check (:func:`caslake.format.keys.check_relative_key`)
+    starts from it."""
+    if not isinstance(key, str) or not key:
+        return f"object key must be a non-empty string, got {key!r}"
+    if "\\" in key or "\x00" in key:
+        return f"object key {key!r} contains a backslash or NUL byte"
+    segments = key.split("/")
+    if any(seg in ("", ".", "..") for seg in segments):
+        return (f"object key {key!r} has an empty, '.' or '..' segment "
+                "(keys are relative '/'-separated paths)")
+    if segments[0].startswith(RESERVED_PREFIX):
+        return f"object key {key!r} uses the reserved prefix {RESERVED_PREFIX!r}"
+    return None
+
+
 def check_key(key: str) -> str:
     """Return ``key`` unchanged if it is a valid object key; else raise InvalidArgument."""
-    if not isinstance(key, str) or not key:
-        raise InvalidArgument(f"object key must be a non-empty string, got {key!r}")
-    if "\\" in key or "\x00" in key:
-        raise InvalidArgument(f"object key {key!r} contains a backslash or NUL byte")
-    segments = key.split("/")
-    for seg in segments:
-        if seg in ("", ".", ".."):
-            raise InvalidArgument(
-                f"object key {key!r} has an empty, '.' or '..' segment "
-                "(keys are relative '/'-separated paths)"
-            )
-    if segments[0].startswith(RESERVED_PREFIX):
-        raise InvalidArgument(f"object key {key!r} uses the reserved prefix {RESERVED_PREFIX!r}")
+    problem = key_problem(key)
+    if problem is not None:
+        raise InvalidArgument(problem)
     return key
 
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from caslake.errors import CommitConflict, InvalidArgument
+from caslake.errors import InvalidArgument
 from caslake.format.keys import manifest_key
 from caslake.format.manifest import (
     AncestorRef,
@@ -34,7 +35,7 @@ from caslake.format.manifest import (
     Totals,
 )
 from caslake.format.schema import TableSchema
-from caslake.table.metadata_io import Snapshot
+from caslake.table.metadata_io import MetadataIO, Snapshot
 
 INLINE_LIMIT = 64
 FANOUT = 8
@@ -50,13 +51,18 @@ class Changes:
     add_tombstones: tuple[TombstoneRef, ...] = ()
     rows_deleted: int = 0  # rows the new tombstones make invisible (for the summary)
     params: dict[str, str] = field(default_factory=dict)
-    # Requirement: the commit is only valid on top of exactly this version.
-    # A rebase onto any other version raises CommitConflict (overwrite uses it).
-    requires_version: int | None = None
     # Idempotent writes: (app id, txn version) recorded with the commit.
     txn: tuple[str, int] | None = None
     # GC's expiry marker: raise the manifest's oldest_version (never lowers it).
     oldest_version: int | None = None
+
+
+class Requirement(Protocol):
+    """What must hold on the base a commit lands on (the concrete, frozen ones are in
+    :mod:`caslake.table.requirements`).  ``validate`` raises the typed
+    :class:`~caslake.errors.CommitConflict` that says what the caller should do."""
+
+    def validate(self, base: Snapshot, io: MetadataIO) -> None: ...
 
 
 def check_txn(txn: object) -> tuple[str, int]:
@@ -78,39 +84,23 @@ def txn_applied(txns: Mapping[str, int], txn: tuple[str, int] | None) -> bool:
     return txn is not None and txns.get(txn[0], -1) >= txn[1]
 
 
-def write_prepare(operation: str, files: Sequence[DataFile], schema: TableSchema, *,
-                  remove_all: bool, txn: tuple[str, int] | None = None,
-                  params: dict[str, str] | None = None,
-                  requires_version: int | None = None
+def write_prepare(operation: str, files: Sequence[DataFile], *, remove_all: bool,
+                  txn: tuple[str, int] | None = None, params: dict[str, str] | None = None
                   ) -> Callable[[Snapshot], Changes | None]:
     """The ``prepare`` of a commit that adds already uploaded data files (append, or
     with ``remove_all`` overwrite), for :func:`caslake.table.commit.commit_with_retry`.
-
-    On every (re)base: a no-op if ``txn`` already landed; a conflict if the table
-    schema is no longer the one the files were written with; a no-op for an append
-    of nothing.  ``requires_version``: see :class:`Changes`."""
+    A no-op for an append of nothing.  What must still hold on the base (txn not
+    applied, schema unchanged, base version) is the plan's requirements
+    (:func:`caslake.table.requirements.write_requirements`)."""
     added = tuple(files)
 
     def prepare(base: Snapshot) -> Changes | None:
-        if txn_applied(base.manifest.txns, txn):
-            return None  # the same (app id, version) already landed: idempotent no-op
-        if base.manifest.schema != schema:
-            raise CommitConflict("the table schema changed during the write",
-                                 help="re-run the write against the new schema")
         if not added and not remove_all:
             return None
         return Changes(operation, add_files=added, remove_all=remove_all,
-                       params=dict(params or {}), txn=txn, requires_version=requires_version)
+                       params=dict(params or {}), txn=txn)
 
     return prepare
-
-
-def check_requirements(base: Snapshot, changes: Changes) -> None:
-    if changes.requires_version is not None and base.version != changes.requires_version:
-        raise CommitConflict(
-            f"{changes.operation} was planned against version {changes.requires_version} but "
-            f"the table is now at version {base.version}",
-            help=f"re-run the {changes.operation} so it sees the rows committed since")
 
 
 def _level(count: int) -> int:

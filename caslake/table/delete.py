@@ -28,17 +28,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from caslake.errors import InvalidArgument, UnknownColumn
-from caslake.expr import And, BoundExpr, Compare, Expr, col, compile_where
+from caslake.errors import InvalidArgument
+from caslake.expr import And, BoundExpr, Compare, Expr, col, compile_where, might_match
 from caslake.format.keys import tombstone_key
 from caslake.format.manifest import DataFile, TombstoneRef
-from caslake.format.stats import value_to_json
+from caslake.format.stats import data_file_stats, value_to_json
 from caslake.format.tombstone import FileDeletes, KeyRange, Tombstone
 from caslake.store.base import PutMode
 from caslake.table.changes import Changes
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache
+from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.scan import POSITION, FileTask, FooterCache, Scan
+from caslake.table.scan import POSITION, FileTask, Scan, SnapshotSubset
 
 # A range predicate is recorded as a key range instead of positions once the
 # position bitmap for a file would be larger than this.
@@ -88,10 +89,8 @@ class DeletePlan:
         path = task.file.path
         bm = self.per_file.setdefault(path, BitMap())
         bm |= positions
-        md = task.footer
-        self.tasks.setdefault(path, (task.file, task.mask, task.starts,
-                                     [md.row_group(i).num_rows
-                                      for i in range(md.num_row_groups)]))
+        self.tasks.setdefault(path, (task.file, task.mask, list(task.starts),
+                                     list(task.footer.group_rows)))
 
 
 def _key_scan_where(keys: pa.Table) -> Expr | None:
@@ -108,16 +107,13 @@ def _key_scan_where(keys: pa.Table) -> Expr | None:
 
 
 def condition_scan(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache,
-                   base: Snapshot, cond: Condition) -> Scan:
-    """The scan of ``base`` that a condition's matches are looked for in: its plan
-    holds the candidate files and row groups left after statistics pruning (by the
-    predicate, or by each key column's min/max), with their deletion masks."""
+                   base: Snapshot | SnapshotSubset, cond: Condition) -> Scan:
+    """The scan of ``base`` (or of a subset of it) that a condition's matches are
+    looked for in: its plan holds the candidate files and row groups left after
+    statistics pruning (by the predicate, or by each key column's min/max), with
+    their deletion masks.  An unknown key column is UnknownColumn."""
     if isinstance(cond, PredicateCondition):
         return Scan(io, footers, base, [], cond.where, tombstones)
-    schema = base.manifest.schema.to_arrow()
-    for name in cond.keys.column_names:
-        if name not in schema.names:
-            raise UnknownColumn(name, schema.names)
     return Scan(io, footers, base, cond.keys.column_names, _key_scan_where(cond.keys),
                 tombstones)
 
@@ -202,7 +198,7 @@ def build_tombstone(plan: DeletePlan, *, table_id: str, commit_id: str,
     dropped: list[DataFile] = []
     totals: dict[str, int] = {}
     new_rows = 0
-    deleted_before = _deleted_counts(plan.base)
+    deleted_before = plan.base.manifest.deleted_rows_per_file()
     for path, new in plan.per_file.items():
         data_file, mask, starts, group_rows = plan.tasks[path]
         before = deleted_before.get(path, 0)
@@ -235,14 +231,6 @@ def build_tombstone(plan: DeletePlan, *, table_id: str, commit_id: str,
     tomb = (Tombstone(plan.base.manifest.table_id, commit_id, tuple(entries))
             if entries else None)
     return TombstoneDraft(tomb, dropped, totals, new_rows)
-
-
-def _deleted_counts(snap: Snapshot) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for ref in snap.manifest.tombstones:
-        for p, n in ref.files.items():
-            out[p] = out.get(p, 0) + n
-    return out
 
 
 def write_delete(io: MetadataIO, plan: DeletePlan, *, commit_id: str,
@@ -298,28 +286,23 @@ def changed_since(io: MetadataIO, read: Snapshot, base: Snapshot,
     Conflict when any commit in between added a file, removed a file, or added
     a tombstone on a file, whose statistics say it could hold a row one of the
     conditions matches.  Conservative: unknown statistics count as a match."""
-    from caslake.expr import might_match
-    from caslake.format.stats import to_column_stats
-
     if base.key == read.key:
         return None
     before = {f.path: f for f in io.live_files(read)}
     after = {f.path: f for f in io.live_files(base)}
     known = {r.path for r in read.manifest.tombstones}
     tombstoned = {p for r in base.manifest.tombstones if r.path not in known for p in r.files}
-    changed = ([f for p, f in after.items() if p not in before or p in tombstoned]
-               + [f for p, f in before.items() if p not in after])
+    # (file, the manifest whose entry it is: names bad statistics)
+    changed = ([(f, base.key) for p, f in after.items() if p not in before or p in tombstoned]
+               + [(f, read.key) for p, f in before.items() if p not in after])
     schema = base.manifest.schema
     for cond in conditions:
         bound = _condition_filter(cond, schema.to_arrow())
-        for f in changed:
+        for f, key in changed:
             if bound is None:
                 return f"{f.path} changed"
-            stats = {}
-            for fld in schema.fields:
-                if fld.name in bound.columns and fld.id in f.stats:
-                    stats[fld.name] = to_column_stats(f.stats[fld.id], fld.arrow_type)
-            if might_match(bound, stats, f.row_count):
+            fields = [fld for fld in schema.fields if fld.name in bound.columns]
+            if might_match(bound, data_file_stats(f, fields, key=key), f.row_count):
                 return f"{f.path}, which may hold rows matching {cond.describe()}, changed"
     return None
 

@@ -9,8 +9,6 @@ Never writes.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,6 +25,7 @@ from caslake.format.schema import TableSchema
 from caslake.format.stats import value_from_json
 from caslake.format.tombstone import KeyRange, Tombstone, parse_tombstone
 from caslake.store.base import ObjectStore
+from caslake.table.cache import LruCache
 
 
 @dataclass(frozen=True)
@@ -113,31 +112,27 @@ class DeletionMask:
 
 
 class TombstoneCache:
+    """Parsed tombstones by (path, etag), bounded (see :class:`LruCache`)."""
+
     def __init__(self, size: int = 4096) -> None:
-        self._items: OrderedDict[tuple[str, str], Tombstone] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
+        self._lru: LruCache[tuple[str, str], Tombstone] = LruCache(size)
 
     def get(self, store: ObjectStore, ref: TombstoneRef) -> Tombstone:
-        k = (ref.path, ref.etag)
-        with self._lock:
-            hit = self._items.get(k)
-            if hit is not None:
-                return hit
-        try:
-            res = store.get(ref.path)
-        except NotFound:
-            raise CorruptMetadata(ref.path, "the tombstone is missing (referenced by the "
-                                  "manifest but not on storage)") from None
-        if len(res.data) != ref.size:
-            raise CorruptMetadata(ref.path, f"size {len(res.data)} differs from the "
-                                  f"manifest's {ref.size}")
-        tomb = parse_tombstone(res.data, ref.path)
-        with self._lock:
-            self._items[k] = tomb
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-        return tomb
+        return self._lru.get_or_load((ref.path, ref.etag), lambda: _fetch_tombstone(store, ref))
+
+
+def _fetch_tombstone(store: ObjectStore, ref: TombstoneRef) -> Tombstone:
+    """Whole-object GET, not pinned: a tombstone's own CRC-32 and the size check
+    prove its content, so a copied table (other ETags) still reads."""
+    try:
+        res = store.get(ref.path)
+    except NotFound:
+        raise CorruptMetadata(ref.path, "the tombstone is missing (referenced by the "
+                              "manifest but not on storage)") from None
+    if len(res.data) != ref.size:
+        raise CorruptMetadata(ref.path, f"size {len(res.data)} differs from the "
+                              f"manifest's {ref.size}")
+    return parse_tombstone(res.data, ref.path)
 
 
 def load_masks(store: ObjectStore, cache: TombstoneCache, refs: Iterable[TombstoneRef],

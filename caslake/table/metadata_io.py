@@ -1,6 +1,7 @@
 """Reading the pointer and manifests, with an in-process cache of immutable manifests.
 
-Owns: GET of ``_latest_manifest`` and ``manifest/*``, resolution of segment
+Owns: GET of the pointer (``_latest_manifest`` for ``main``; the key is a
+parameter, so a ref can have its own) and ``manifest/*``, resolution of segment
 references into a live file list, and time travel by version or timestamp
 through the ancestors' skip pointers (O(log n) manifest GETs).
 Never writes.
@@ -8,8 +9,6 @@ Never writes.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from caslake.format.manifest import (
     parse_pointer,
 )
 from caslake.store.base import ObjectStore
+from caslake.table.cache import LruCache
 from caslake.table.segments import MightMatch, iter_segment_files, segment_files
 
 
@@ -41,44 +41,37 @@ class Snapshot:
 
 
 class MetadataIO:
-    def __init__(self, store: ObjectStore, *, cache_size: int = 256) -> None:
+    def __init__(self, store: ObjectStore, *, cache_size: int = 256,
+                 pointer_key: str = POINTER_KEY) -> None:
         self.store = store
-        self._cache: OrderedDict[str, Manifest] = OrderedDict()
-        self._cache_size = cache_size
-        self._lock = threading.Lock()
+        self.pointer_key = pointer_key  # the ref this IO reads by default
+        self._cache: LruCache[str, Manifest] = LruCache(cache_size)  # keys are never reused
 
     # --- pointer and manifests -------------------------------------------------
 
-    def read_pointer(self) -> tuple[Pointer, str]:
-        """The pointer and its ETag.  Raises TableNotFound if there is none."""
+    def read_pointer(self, pointer_key: str | None = None) -> tuple[Pointer, str]:
+        """The pointer (``pointer_key``, default this IO's) and its ETag.  Raises
+        TableNotFound if there is none."""
+        key = pointer_key or self.pointer_key
         try:
-            res = self.store.get(POINTER_KEY)
+            res = self.store.get(key)
         except NotFound:
-            raise TableNotFound(
-                f"no table at {self.store.uri} ({POINTER_KEY} is missing)") from None
-        return parse_pointer(res.data, POINTER_KEY), res.etag
+            raise TableNotFound(f"no table at {self.store.uri} ({key} is missing)") from None
+        return parse_pointer(res.data, key), res.etag
 
     def remember(self, key: str, manifest: Manifest) -> None:
-        with self._lock:
-            self._cache[key] = manifest
-            self._cache.move_to_end(key)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+        self._cache.put(key, manifest)
 
     def load_manifest(self, key: str) -> Manifest:
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
+        return self._cache.get_or_load(key, lambda: self._fetch_manifest(key))
+
+    def _fetch_manifest(self, key: str) -> Manifest:
         try:
             res = self.store.get(key)
         except NotFound:
             raise CorruptMetadata(key, "the manifest is missing (referenced but not on storage)"
                                   ) from None
-        manifest = parse_manifest(res.data, key)
-        self.remember(key, manifest)
-        return manifest
+        return parse_manifest(res.data, key)
 
     def load_manifests(self, keys: Iterable[str]) -> list[Manifest]:
         keys = list(keys)
@@ -87,8 +80,8 @@ class MetadataIO:
         with ThreadPoolExecutor(max_workers=min(16, len(keys))) as pool:
             return list(pool.map(self.load_manifest, keys))
 
-    def latest(self) -> Snapshot:
-        pointer, _ = self.read_pointer()
+    def latest(self, pointer_key: str | None = None) -> Snapshot:
+        pointer, _ = self.read_pointer(pointer_key)
         return self.snapshot_for_pointer(pointer)
 
     def snapshot_for_pointer(self, pointer: Pointer) -> Snapshot:

@@ -4,9 +4,15 @@ Planning prunes at three levels:
 
 1. files, by the manifest's per-file min/max/null counts;
 2. row groups, by footer statistics (one exact-size range GET per file,
-   pinned to the file's ETag, cached per (path, etag));
+   checked and cached by :mod:`caslake.table.footers`);
 3. columns: only the column chunks of the projected and predicate columns are
-   fetched, as coalesced, parallel range GETs pinned with ``If-Match``.
+   fetched, as coalesced, parallel range GETs pinned with ``If-Match`` to the
+   ETag the file's footer was read under (the relocation rule: see
+   :mod:`caslake.table.footers`).
+
+A scan reads a whole :class:`Snapshot` or a :class:`SnapshotSubset` (chosen
+files and row groups of one, e.g. one Spark task's share).  Parquet layout
+(footers, chunk ranges, page CRCs) is :mod:`caslake.format.parquet`'s.
 
 Execution decodes the fetched chunks with pyarrow, applies the exact row
 filter, and projects.  ``to_reader`` streams work units (a file's surviving
@@ -16,96 +22,88 @@ row groups, split to bound memory) with a small in-order prefetch window.
 from __future__ import annotations
 
 import io
-import itertools
 import threading
-import zlib
-from collections import OrderedDict, deque
-from collections.abc import Collection, Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from caslake.errors import CorruptMetadata, UnknownColumn
+from caslake.errors import CorruptMetadata, InvalidArgument, UnknownColumn
 from caslake.expr import Expr, compile_where, might_match, referenced_columns, to_arrow
-from caslake.format.manifest import DataFile
-from caslake.format.stats import row_group_stats, to_column_stats
-from caslake.store.base import GET_RANGE, ObjectStore
+from caslake.format.manifest import DataFile, TombstoneRef
+from caslake.format.parquet import SCAN_FORMAT, VERIFY_PAGE_CHECKSUMS, FooterInfo
+from caslake.format.schema import TableSchema
+from caslake.format.stats import data_file_stats
+from caslake.store.base import GET_RANGE
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
+from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
 
 POSITION = "__pos"
-# Data pages carry CRC-32s (the writer adds them); a damaged page is an error.
-_PARQUET_FORMAT = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
-    page_checksum_verification=True))
 _LOCAL_FS = pafs.LocalFileSystem()
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 PREFETCH_UNITS = 4
 
 
-class FooterCache:
-    """Parsed Parquet footers keyed by (path, etag); footers of immutable files never change."""
+@dataclass(frozen=True)
+class SnapshotSubset:
+    """Chosen data files of one pinned snapshot, and the tombstones that touch them:
+    all a scan needs, so it can run where the snapshot's manifests are not read
+    (a Spark task).  Build it with :meth:`of`; it pickles.
 
-    def __init__(self, size: int = 4096) -> None:
-        self._items: OrderedDict[tuple[str, str], pq.FileMetaData] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
+    ``row_groups`` maps a file's path to the only row groups to read in it (a
+    file not in it is read whole).  ``tombstones`` list only these files."""
 
-    def get(self, store: ObjectStore, f: DataFile) -> pq.FileMetaData:
-        k = (f.path, f.etag)
-        with self._lock:
-            hit = self._items.get(k)
-            if hit is not None:
-                return hit
-        tail = store.get_ranges(f.path, [(f.size - f.footer_size, f.size)], etag=f.etag)[0]
-        md = parse_footer(tail, f)
-        with self._lock:
-            self._items[k] = md
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-        return md
+    version: int
+    key: str  # the snapshot's manifest key
+    schema: TableSchema
+    files: tuple[DataFile, ...]
+    tombstones: tuple[TombstoneRef, ...] = ()
+    row_groups: Mapping[str, frozenset[int]] = field(default_factory=dict)
 
-
-def parse_footer(tail: bytes, f: DataFile) -> pq.FileMetaData:
-    """Check the footer bytes against the manifest entry, then parse them.  The CRC
-    comes first: pyarrow can abort the process on some damaged footers."""
-    if len(tail) != f.footer_size or tail[-4:] != b"PAR1":
-        raise CorruptMetadata(f.path, "the Parquet footer is truncated or the file is not Parquet")
-    if f.footer_crc32 is not None and zlib.crc32(tail) != f.footer_crc32:
-        raise CorruptMetadata(f.path, "the Parquet footer's CRC-32 differs from the manifest "
-                              "(the file is damaged or was replaced)")
-    try:
-        md = pq.read_metadata(pa.BufferReader(tail))
-        group_rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
-    except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: non-UTF-8 names
-        raise CorruptMetadata(f.path, f"unreadable Parquet footer ({e})") from None
-    if md.num_rows != f.row_count or md.num_row_groups != f.row_group_count:
-        raise CorruptMetadata(f.path, f"footer has {md.num_rows} rows in {md.num_row_groups} "
-                              f"row groups; the manifest says {f.row_count} in "
-                              f"{f.row_group_count}")
-    if any(n < 0 for n in group_rows) or sum(group_rows) != md.num_rows:
-        raise CorruptMetadata(f.path, f"footer's row groups hold {sum(group_rows)} rows, "
-                              f"not its total of {md.num_rows}")
-    return md
+    @staticmethod
+    def of(snapshot: Snapshot, files: Iterable[DataFile],
+           row_groups: Mapping[str, Iterable[int]] | None = None) -> SnapshotSubset:
+        """The subset of ``snapshot`` holding ``files`` (live files of it)."""
+        files = tuple(files)
+        paths = {f.path for f in files}
+        refs = tuple(TombstoneRef(r.path, r.size, r.etag,
+                                  {p: n for p, n in r.files.items() if p in paths})
+                     for r in snapshot.manifest.tombstones if paths.intersection(r.files))
+        groups = {p: frozenset(g) for p, g in (row_groups or {}).items()}
+        return SnapshotSubset(snapshot.version, snapshot.key, snapshot.manifest.schema, files,
+                              refs, groups)
 
 
 @dataclass
 class FileTask:
+    """One data file of a scan plan: its checked footer (whose ``etag`` every read
+    of the file pins to), the row groups to read and the columns."""
+
     file: DataFile
-    footer: pq.FileMetaData
+    footer: FooterInfo
     row_groups: list[int]
     bytes_to_read: int
     columns: list[str]  # read: projection + predicate + key-range columns of the mask
-    starts: list[int]  # file position of each row group's first row
     mask: DeletionMask | None = None
 
+    @property
+    def starts(self) -> tuple[int, ...]:
+        """File position of each row group's first row."""
+        return self.footer.group_starts
+
+    @property
+    def column_indexes(self) -> list[int]:
+        return self.footer.column_indexes(self.columns)
+
     def spans(self, groups: Sequence[int]) -> list[tuple[int, int, int]]:
-        return [(rg, self.starts[rg], self.footer.row_group(rg).num_rows) for rg in groups]
+        return [(rg, self.starts[rg], self.footer.group_rows[rg]) for rg in groups]
 
 
 @dataclass
@@ -135,14 +133,6 @@ class ScanPlan:
             "files_read": [{"path": t.file.path, "row_groups": t.row_groups,
                             "bytes": t.bytes_to_read} for t in self.tasks],
         }
-
-
-def chunk_range(md: pq.FileMetaData, rg: int, col_index: int) -> tuple[int, int]:
-    c = md.row_group(rg).column(col_index)
-    start = c.data_page_offset
-    if c.has_dictionary_page and c.dictionary_page_offset is not None:
-        start = min(start, c.dictionary_page_offset)
-    return start, start + c.total_compressed_size
 
 
 class _SparseFile(io.RawIOBase):
@@ -188,20 +178,19 @@ class _SparseFile(io.RawIOBase):
 
 
 class Scan:
-    """A planned read of one snapshot.  Build it with ``Table.scan``."""
+    """A planned read of one snapshot, or of a :class:`SnapshotSubset` of one.
+    Build it with ``Table.scan``."""
 
-    def __init__(self, io_: MetadataIO, footers: FooterCache, snapshot: Snapshot,
+    def __init__(self, io_: MetadataIO, footers: FooterCache,
+                 snapshot: Snapshot | SnapshotSubset,
                  columns: Sequence[str] | None, where: str | Expr | None,
-                 tombstones: TombstoneCache | None = None,
-                 only_files: Collection[str] | None = None) -> None:
-        """``only_files``: read just these data files of the snapshot (compaction)."""
+                 tombstones: TombstoneCache | None = None) -> None:
         self._io = io_
-        self._only_files = frozenset(only_files) if only_files is not None else None
         self._store = io_.store
         self._footers = footers
         self._tombstones = tombstones or TombstoneCache()
-        self.snapshot = snapshot
-        schema = snapshot.manifest.schema
+        self.source = snapshot
+        schema = self.table_schema
         self._arrow_schema = schema.to_arrow()
         names = schema.names
         if columns is not None:
@@ -219,6 +208,22 @@ class Scan:
         self._plan: ScanPlan | None = None
 
     @property
+    def snapshot(self) -> Snapshot:
+        """The whole snapshot this scan reads (not defined for a subset scan)."""
+        if not isinstance(self.source, Snapshot):
+            raise InvalidArgument("this scan reads a subset of a snapshot, not a whole one")
+        return self.source
+
+    @property
+    def version(self) -> int:
+        return self.source.version
+
+    @property
+    def table_schema(self) -> TableSchema:
+        src = self.source
+        return src.manifest.schema if isinstance(src, Snapshot) else src.schema
+
+    @property
     def schema(self) -> pa.Schema:
         return pa.schema([self._arrow_schema.field(c) for c in self.columns])
 
@@ -227,65 +232,65 @@ class Scan:
     def _file_might_match(self, f: DataFile) -> bool:
         if self._bound is None:
             return True
-        stats = {}
-        for fld in self._pred_fields:
-            js = f.stats.get(fld.id)
-            if js is not None:
-                try:
-                    stats[fld.name] = to_column_stats(js, fld.arrow_type)
-                except (TypeError, ValueError, OverflowError) as e:
-                    raise CorruptMetadata(self.snapshot.key, f"statistics of {fld.name!r} "
-                                          f"for {f.path} are not valid ({e})") from None
+        stats = data_file_stats(f, self._pred_fields, key=self.source.key)
         return bool(might_match(self._bound, stats, f.row_count))
+
+    def _source(self) -> tuple[list[DataFile], Sequence[TombstoneRef],
+                               Mapping[str, frozenset[int]]]:
+        """The files to consider, their tombstones, and any row-group restriction."""
+        src = self.source
+        if isinstance(src, Snapshot):
+            return self._io.live_files(src), src.manifest.tombstones, {}
+        return list(src.files), src.tombstones, src.row_groups
 
     def plan(self) -> ScanPlan:
         if self._plan is not None:
             return self._plan
-        manifest = self.snapshot.manifest
-        files = self._io.live_files(self.snapshot)
-        if self._only_files is not None:
-            files = [f for f in files if f.path in self._only_files]
+        schema = self.table_schema
+        files, refs, only_groups = self._source()
         kept = [f for f in files if f.row_count > 0 and self._file_might_match(f)]
-        masks = load_masks(self._store, self._tombstones, manifest.tombstones,
-                           {f.path: f for f in files}, [f.path for f in kept], manifest.schema)
-        tombstones_loaded = sum(1 for ref in manifest.tombstones
-                                if any(f.path in ref.files for f in kept))
+        masks = load_masks(self._store, self._tombstones, refs,
+                           {f.path: f for f in files}, [f.path for f in kept], schema)
+        tombstones_loaded = sum(1 for ref in refs if any(f.path in ref.files for f in kept))
         footers = self._fetch_footers(kept)
         # Row-group pruning needs statistics of the predicate's columns only.
         pred_cols = self._bound.columns if self._bound is not None else frozenset()
-        types = {f.name: f.arrow_type for f in manifest.schema.fields if f.name in pred_cols}
+        types = {f.name: f.arrow_type for f in schema.fields if f.name in pred_cols}
         tasks: list[FileTask] = []
         rg_total = rg_pruned = rg_deleted = 0
-        for f, md in zip(kept, footers, strict=True):
+        for f, footer in zip(kept, footers, strict=True):
             mask = masks.get(f.path)
             # Read at least one column, so row counts survive a predicate-only read.
-            columns = self._read_columns or manifest.schema.names[:1]
+            columns = self._read_columns or schema.names[:1]
             if mask is not None and mask.key_columns() - set(columns):
-                columns = [n for n in manifest.schema.names
-                           if n in set(columns) | mask.key_columns()]
-            col_idx = _column_indexes(md, columns, f.path)
-            starts = list(itertools.accumulate(
-                (md.row_group(i).num_rows for i in range(md.num_row_groups)), initial=0))[:-1]
+                columns = [n for n in schema.names if n in set(columns) | mask.key_columns()]
+            col_idx = footer.column_indexes(columns)
+            wanted = only_groups.get(f.path)
             groups = []
-            nbytes = 0
-            for rg in range(md.num_row_groups):
+            for rg, (start, n) in enumerate(zip(footer.group_starts, footer.group_rows,
+                                                strict=True)):
+                if wanted is not None and rg not in wanted:
+                    continue  # not this subset's share of the file
                 rg_total += 1
-                n = md.row_group(rg).num_rows
                 if n == 0 or (self._bound is not None and not might_match(
-                        self._bound, row_group_stats(md, rg, types), n)):
+                        self._bound, footer.row_group_stats(rg, types), n)):
                     rg_pruned += 1
                     continue
-                if mask is not None and mask.group_fully_deleted(rg, starts[rg], n):
+                if mask is not None and mask.group_fully_deleted(rg, start, n):
                     rg_pruned += 1
                     rg_deleted += 1
                     continue
                 groups.append(rg)
-                nbytes += sum(e - s for s, e in (chunk_range(md, rg, i) for i in col_idx))
             if groups:
-                tasks.append(FileTask(f, md, groups, nbytes, columns, starts, mask))
-        rg_total += sum(f.row_group_count for f in files if f not in kept)
-        rg_pruned += sum(f.row_group_count for f in files if f not in kept)
-        self._plan = ScanPlan(version=self.snapshot.version, files_total=len(files),
+                tasks.append(FileTask(f, footer, groups, footer.chunk_bytes(groups, col_idx),
+                                      columns, mask))
+        kept_paths = {f.path for f in kept}
+        for f in files:
+            if f.path not in kept_paths:
+                n = f.row_group_count if f.path not in only_groups else len(only_groups[f.path])
+                rg_total += n
+                rg_pruned += n
+        self._plan = ScanPlan(version=self.version, files_total=len(files),
                               files_pruned=len(files) - len(kept), row_groups_total=rg_total,
                               row_groups_pruned=rg_pruned,
                               bytes_to_read=sum(t.bytes_to_read for t in tasks),
@@ -293,7 +298,7 @@ class Scan:
                               tombstones_loaded=tombstones_loaded, row_groups_deleted=rg_deleted)
         return self._plan
 
-    def _fetch_footers(self, files: list[DataFile]) -> list[pq.FileMetaData]:
+    def _fetch_footers(self, files: list[DataFile]) -> list[FooterInfo]:
         if len(files) <= 1:
             return [self._footers.get(self._store, f) for f in files]
         with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
@@ -303,11 +308,11 @@ class Scan:
 
     def _units(self) -> Iterator[tuple[FileTask, list[int]]]:
         for t in self.plan().tasks:
-            col_idx = _column_indexes(t.footer, t.columns, t.file.path)
+            col_idx = t.column_indexes
             group: list[int] = []
             size = 0
             for rg in t.row_groups:
-                rg_bytes = sum(e - s for s, e in (chunk_range(t.footer, rg, i) for i in col_idx))
+                rg_bytes = t.footer.chunk_bytes([rg], col_idx)
                 if group and size + rg_bytes > UNIT_BYTES:
                     yield t, group
                     group, size = [], 0
@@ -322,27 +327,26 @@ class Scan:
         On a local store pyarrow reads the pinned file directly (counted as one
         ranged read of the chunk bytes); elsewhere the chunks are fetched with
         coalesced, parallel range GETs pinned by ETag and served from memory."""
-        md = task.footer
-        col_idx = _column_indexes(md, task.columns, task.file.path)
-        ranges = [chunk_range(md, rg, i) for rg in groups for i in col_idx]
-        path = self._store.local_path(task.file.path, etag=task.file.etag)
+        footer = task.footer
+        ranges = footer.chunk_ranges(groups, task.column_indexes)
+        path = self._store.local_path(task.file.path, etag=footer.etag)
         if path is not None:
             self._store.counters.record(GET_RANGE, bytes_in=sum(e - s for s, e in ranges))
-            return pq.ParquetFile(path, metadata=md, memory_map=True,
-                                  page_checksum_verification=True)
-        datas = self._store.get_ranges(task.file.path, ranges, etag=task.file.etag)
+            return pq.ParquetFile(path, metadata=footer.metadata, memory_map=True,
+                                  **VERIFY_PAGE_CHECKSUMS)
+        datas = self._store.get_ranges(task.file.path, ranges, etag=footer.etag)
         pieces = [(s, d) for (s, _), d in zip(ranges, datas, strict=True)]
         sparse = _SparseFile(task.file.size, pieces, task.file.path)
-        return pq.ParquetFile(pa.PythonFile(sparse, mode="r"), metadata=md, pre_buffer=False,
-                              page_checksum_verification=True)
+        return pq.ParquetFile(pa.PythonFile(sparse, mode="r"), metadata=footer.metadata,
+                              pre_buffer=False, **VERIFY_PAGE_CHECKSUMS)
 
     def _read_local_fragment(self, path: str, task: FileTask, groups: list[int]) -> pa.Table:
         """Local file, no deletion mask: let pyarrow's dataset scanner decode and
         filter the row groups in streamed batches (the same machinery as
         ``pq.read_table(filters=...)``)."""
-        fragment = _PARQUET_FORMAT.make_fragment(path, filesystem=_LOCAL_FS, row_groups=groups)
+        fragment = SCAN_FORMAT.make_fragment(path, filesystem=_LOCAL_FS, row_groups=groups)
         table = fragment.to_table(
-            schema=task.footer.schema.to_arrow_schema(), columns=self.columns,
+            schema=task.footer.arrow_schema, columns=self.columns,
             filter=to_arrow(self._bound) if self._bound is not None else None)
         return _cast_to(table, self._arrow_schema, self.columns, task.file.path)
 
@@ -352,12 +356,10 @@ class Scan:
         ``__pos`` column with each surviving row's position in the file."""
         if (task.mask is None and not with_positions and self.columns
                 and self._bound is not None):
-            path = self._store.local_path(task.file.path, etag=task.file.etag)
+            path = self._store.local_path(task.file.path, etag=task.footer.etag)
             if path is not None:
-                md = task.footer
-                col_idx = _column_indexes(md, task.columns, task.file.path)
-                self._store.counters.record(GET_RANGE, bytes_in=sum(
-                    e - s for rg in groups for s, e in (chunk_range(md, rg, i) for i in col_idx)))
+                self._store.counters.record(GET_RANGE, bytes_in=task.footer.chunk_bytes(
+                    groups, task.column_indexes))
                 try:
                     return self._read_local_fragment(path, task, groups)
                 except (OSError, pa.ArrowException) as e:
@@ -438,16 +440,6 @@ def _unit_pool() -> ThreadPoolExecutor:
             _POOL = ThreadPoolExecutor(max_workers=PREFETCH_UNITS * 2,
                                        thread_name_prefix="caslake-scan")
         return _POOL
-
-
-def _column_indexes(md: pq.FileMetaData, names: list[str], path: str) -> list[int]:
-    by_name = {md.schema.column(i).path: i for i in range(md.num_columns)}
-    out = []
-    for n in names:
-        if n not in by_name:
-            raise CorruptMetadata(path, f"data file has no column {n!r}")
-        out.append(by_name[n])
-    return out
 
 
 def _same_values(a: pa.DataType, b: pa.DataType) -> bool:

@@ -1,6 +1,11 @@
-"""The public Table facade: create, open, append, overwrite, scan, history.
+"""The table handle: create, open, append, overwrite, delete, upsert, scan, history.
 
-A ``Table`` is a handle on a table URI.  ``version`` and ``schema`` describe
+:class:`TableCore` is everything a table handle does within the table layer;
+the public ``caslake.Table`` (``caslake/api.py``) adds the maintenance
+operations (compact, gc) on top, so nothing in ``table/`` depends on
+``maintenance/``.  Every commit runs through :mod:`caslake.table.runner`.
+
+A handle is on a table URI.  ``version`` and ``schema`` describe
 the snapshot the handle last saw (after its own commits, scans or
 ``refresh()``); every operation reads the pointer afresh, so writers always
 commit on top of the latest version and a plain ``scan()`` reads the latest.
@@ -10,14 +15,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Self
 
 import pyarrow as pa
 
 from caslake.errors import (
     AlreadyExists,
+    CommitOutcomeUnknown,
     InvalidArgument,
     StoreError,
     TableAlreadyExists,
@@ -30,32 +36,17 @@ from caslake.format.schema import TableSchema
 from caslake.store import open_store
 from caslake.store.base import ObjectStore, PutMode
 from caslake.table.changes import check_txn, txn_applied, write_prepare
-from caslake.table.commit import CommitPolicy, commit_with_retry
+from caslake.table.commit import CommitPolicy
 from caslake.table.deletion_mask import TombstoneCache
+from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.scan import FooterCache, Scan
+from caslake.table.requirements import write_requirements
+from caslake.table.runner import CommitResult, TableContext, noop_result, run_operation
+from caslake.table.scan import Scan
 from caslake.table.transaction import Transaction
 from caslake.table.write import WriteOptions, as_reader, write_data_files
 
-if TYPE_CHECKING:
-    from caslake.maintenance.gc import GcReport
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """What one committed operation did, and what it cost in store requests."""
-
-    version: int
-    commit_id: str
-    operation: str
-    attempts: int
-    files_added: int = 0
-    rows_added: int = 0
-    files_removed: int = 0
-    rows_deleted: int = 0
-    tombstones_added: int = 0
-    noop: bool = False
-    requests: dict[str, int] = field(default_factory=dict)
+__all__ = ["CommitResult", "HistoryEntry", "TableCore"]
 
 
 @dataclass(frozen=True)
@@ -86,28 +77,78 @@ def _ts_to_ms(as_of: datetime | str | int | float) -> int:
     raise InvalidArgument(f"as_of must be a datetime, ISO string or epoch ms, not {as_of!r}")
 
 
-class Table:
+class TableCore:
     def __init__(self, store: ObjectStore, snapshot: Snapshot, *,
                  write_options: WriteOptions | None = None,
-                 commit_policy: CommitPolicy | None = None) -> None:
-        self.store = store
-        self.io = MetadataIO(store)
-        self.io.remember(snapshot.key, snapshot.manifest)
-        self._snapshot = snapshot
-        self.footers = FooterCache()
-        self.tombstones = TombstoneCache()
-        self.write_options = write_options or WriteOptions()
-        self.commit_policy = commit_policy or CommitPolicy()
+                 commit_policy: CommitPolicy | None = None, io: MetadataIO | None = None,
+                 pointer_key: str = POINTER_KEY) -> None:
+        self.context = TableContext(store, snapshot, io=io, write_options=write_options,
+                                    commit_policy=commit_policy, pointer_key=pointer_key)
 
     @classmethod
-    def load(cls, store: ObjectStore, **kwargs: Any) -> Table:
-        """Open the table that lives in ``store`` (any ObjectStore, e.g. a wrapped one)."""
-        io = MetadataIO(store)
-        table = cls(store, io.latest(), **kwargs)
-        table.io = io
-        return table
+    def load(cls, store: ObjectStore, *, pointer_key: str = POINTER_KEY,
+             **kwargs: Any) -> Self:
+        """Open the table that lives in ``store`` (any ObjectStore, e.g. a wrapped one),
+        at the latest version of the ref whose pointer is ``pointer_key``."""
+        io = MetadataIO(store, pointer_key=pointer_key)
+        return cls(store, io.latest(), io=io, pointer_key=pointer_key, **kwargs)
+
+    @classmethod
+    def open(cls, uri: str, *, storage_options: dict[str, str] | None = None,
+             write_options: WriteOptions | None = None) -> Self:
+        """Open an existing table at its latest version.  Raises TableNotFound."""
+        return cls.load(open_store(uri, storage_options), write_options=write_options)
+
+    @classmethod
+    def create(cls, uri: str, schema: pa.Schema, *,
+               storage_options: dict[str, str] | None = None,
+               properties: dict[str, str] | None = None,
+               write_options: WriteOptions | None = None) -> Self:
+        """Create an empty table (version 0).  Raises TableAlreadyExists."""
+        store = open_store(uri, storage_options)
+        return cls(store, _create(store, schema, properties), write_options=write_options)
 
     # --- state ---------------------------------------------------------------------
+
+    @property
+    def store(self) -> ObjectStore:
+        return self.context.store
+
+    @property
+    def io(self) -> MetadataIO:
+        return self.context.io
+
+    @io.setter
+    def io(self, io: MetadataIO) -> None:
+        self.context.io = io
+
+    @property
+    def footers(self) -> FooterCache:
+        return self.context.footers
+
+    @property
+    def tombstones(self) -> TombstoneCache:
+        return self.context.tombstones
+
+    @tombstones.setter
+    def tombstones(self, cache: TombstoneCache) -> None:
+        self.context.tombstones = cache
+
+    @property
+    def write_options(self) -> WriteOptions:
+        return self.context.write_options
+
+    @write_options.setter
+    def write_options(self, options: WriteOptions) -> None:
+        self.context.write_options = options
+
+    @property
+    def commit_policy(self) -> CommitPolicy:
+        return self.context.commit_policy
+
+    @commit_policy.setter
+    def commit_policy(self, policy: CommitPolicy) -> None:
+        self.context.commit_policy = policy
 
     @property
     def uri(self) -> str:
@@ -115,32 +156,28 @@ class Table:
 
     @property
     def version(self) -> int:
-        return self._snapshot.version
+        return self.snapshot.version
 
     @property
     def schema(self) -> pa.Schema:
-        return self._snapshot.manifest.schema.to_arrow()
+        return self.snapshot.manifest.schema.to_arrow()
 
     @property
     def table_schema(self) -> TableSchema:
-        return self._snapshot.manifest.schema
+        return self.snapshot.manifest.schema
 
     @property
     def snapshot(self) -> Snapshot:
-        return self._snapshot
+        return self.context.snapshot
 
-    def _set_snapshot(self, snapshot: Snapshot) -> None:
-        self._snapshot = snapshot
-
-    def refresh(self) -> Table:
-        self._snapshot = self.io.latest()
+    def refresh(self) -> Self:
+        self.context.refresh()
         return self
 
     def _resolve(self, version: int | None, as_of: datetime | str | int | None) -> Snapshot:
         if version is not None and as_of is not None:
             raise InvalidArgument("give either version or as_of, not both")
-        head = self.io.latest()
-        self._snapshot = head
+        head = self.context.refresh()
         if version is not None:
             return self.io.at_version(head, version)
         if as_of is not None:
@@ -181,45 +218,38 @@ class Table:
                   params: dict[str, str] | None = None) -> CommitResult:
         """Replace every row with ``data`` in one version.
 
-        Conflicts (``CommitConflict``) with any commit that lands between
+        Conflicts (``ConcurrentModification``) with any commit that lands between
         planning and committing, so concurrent rows are never silently dropped."""
         return self._write("overwrite", data, remove_all=True, txn=txn, params=params)
 
     def _write(self, operation: str, data: Any, *, remove_all: bool,
                txn: tuple[str, int] | None, params: dict[str, str] | None) -> CommitResult:
-        before = self.store.counters.snapshot()
+        ctx = self.context
+        started = ctx.meter()
         if txn is not None:
             txn = check_txn(txn)
-        start = self.io.latest() if remove_all or txn else self._snapshot
+        start = ctx.refresh() if remove_all or txn else ctx.snapshot
         if txn_applied(start.manifest.txns, txn):
-            return CommitResult(start.version, start.manifest.commit_id, operation, 0, noop=True)
-        files = write_data_files(self.store, as_reader(data), start.manifest.schema,
-                                 self.write_options)
+            return noop_result(ctx, operation, start, started=started)
+        schema = start.manifest.schema
+        files = write_data_files(self.store, as_reader(data), schema, self.write_options)
         if not files and not remove_all:
-            return CommitResult(self.version, "", operation, 0, noop=True)
-        prepare = write_prepare(operation, files, start.manifest.schema, remove_all=remove_all,
-                                txn=txn, params=params,
-                                requires_version=start.version if remove_all else None)
-        outcome = commit_with_retry(self.io, prepare, policy=self.commit_policy)
-        self._snapshot = outcome.snapshot
-        after = self.store.counters.snapshot()
-        m = outcome.snapshot.manifest
-        return CommitResult(
-            version=m.version, commit_id=outcome.commit_id, operation=operation,
-            attempts=outcome.attempts, files_added=0 if outcome.noop else len(files),
-            rows_added=0 if outcome.noop else sum(f.row_count for f in files),
-            files_removed=m.summary.get("removed_files", 0) if not outcome.noop else 0,
-            noop=outcome.noop,
-            requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
+            return noop_result(ctx, operation, start, started=started, commit_id="")
+        return run_operation(
+            ctx, operation, write_prepare(operation, files, remove_all=remove_all, txn=txn,
+                                          params=params),
+            requirements=write_requirements(operation, schema, txn=txn,
+                                            base_version=start.version if remove_all else None),
+            started=started)
 
     def delete(self, where: str | Expr, *, read_version: int | None = None) -> CommitResult:
         """Delete the rows matching ``where`` without rewriting any data file.
 
         One tombstone object and one commit; a delete that matches nothing
         creates no version (``noop`` is True, ``rows_deleted`` 0).  With
-        ``read_version`` the delete refuses (CommitConflict) to commit over any
+        ``read_version`` the delete refuses (ReadValidationFailed) to commit over any
         commit since that version that changed rows ``where`` could match."""
-        tx = Transaction(self, read_version=read_version)
+        tx = Transaction(self.context, read_version=read_version)
         tx.delete(where)
         return tx.commit()
 
@@ -229,9 +259,9 @@ class Table:
         columns equal a key in ``data``, then append ``data``.
 
         For a read-modify-write (new values computed from rows read at version
-        ``v``), pass ``read_version=v``: the upsert then raises CommitConflict
+        ``v``), pass ``read_version=v``: the upsert then raises ReadValidationFailed
         instead of committing over a concurrent change to any of those keys."""
-        tx = Transaction(self, read_version=read_version)
+        tx = Transaction(self.context, read_version=read_version)
         tx.upsert(data, key)
         return tx.commit()
 
@@ -239,33 +269,13 @@ class Table:
         """``with table.transaction() as tx: tx.delete(...); tx.append(...)`` commits
         everything as one version on a clean exit, nothing if the block raises.
         ``read_version``: see :meth:`upsert`."""
-        return Transaction(self, read_version=read_version)
-
-    def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1
-                ) -> CommitResult:
-        """Rewrite small files, and files ``deleted_fraction`` or more of whose rows are
-        deleted, into new files in one commit (see :mod:`caslake.maintenance.compact`)."""
-        from caslake.maintenance.compact import compact
-
-        return compact(self, target_file_size=target_file_size,
-                       deleted_fraction=deleted_fraction)
-
-    def gc(self, *, retention: timedelta = timedelta(days=7), dry_run: bool = False,
-           now: datetime | None = None, force: bool = False) -> GcReport:
-        """Expire versions older than ``retention`` and delete the objects no retained
-        version references (see :mod:`caslake.maintenance.gc`)."""
-        from caslake.maintenance.gc import collect_garbage
-
-        return collect_garbage(self, retention=retention, dry_run=dry_run, now=now, force=force)
+        return Transaction(self.context, read_version=read_version)
 
     def describe(self) -> dict[str, Any]:
         snap = self._resolve(None, None)
         m = snap.manifest
         files = self.io.live_files(snap)
-        deleted: dict[str, int] = {}
-        for ref in m.tombstones:
-            for p, n in ref.files.items():
-                deleted[p] = deleted.get(p, 0) + n
+        deleted = m.deleted_rows_per_file()
         return {
             "uri": self.uri, "table_id": m.table_id, "version": m.version,
             "created_at": format_ts(m.created_at_ms), "operation": m.operation,
@@ -282,15 +292,14 @@ class Table:
         }
 
 
-def create_table(uri: str, schema: pa.Schema, *, storage_options: dict[str, str] | None = None,
-                 properties: dict[str, str] | None = None,
-                 write_options: WriteOptions | None = None) -> Table:
-    """Create an empty table (version 0).  Raises TableAlreadyExists."""
+def _create(store: ObjectStore, schema: pa.Schema, properties: dict[str, str] | None,
+            pointer_key: str = POINTER_KEY) -> Snapshot:
+    """Write version 0 and create the pointer.  Raises TableAlreadyExists, or
+    CommitOutcomeUnknown if the pointer write's outcome cannot be read back."""
     if not isinstance(schema, pa.Schema):
         raise InvalidArgument(f"schema must be a pyarrow.Schema, not {type(schema).__name__}")
-    store = open_store(uri, storage_options)
     table_schema = TableSchema.from_arrow(schema)
-    if store.exists(POINTER_KEY):
+    if store.exists(pointer_key):
         raise TableAlreadyExists(f"a table already exists at {store.uri}")
     commit_id, token = new_token(), new_token()
     manifest = Manifest(table_id=new_token(), version=0, parent=None, commit_id=commit_id,
@@ -300,21 +309,19 @@ def create_table(uri: str, schema: pa.Schema, *, storage_options: dict[str, str]
     store.put(key, manifest.to_bytes(), mode=PutMode.CREATE)
     pointer = Pointer(manifest.table_id, 0, key, commit_id)
     try:
-        store.put(POINTER_KEY, pointer.to_bytes(), mode=PutMode.CREATE)
+        store.put(pointer_key, pointer.to_bytes(), mode=PutMode.CREATE)
     except (AlreadyExists, StoreError) as err:
         # Settle by reading back: only our commit id means we created it.
         try:
-            io = MetadataIO(store)
-            current, _ = io.read_pointer()
-        except (TableNotFound, StoreError):
+            current, _ = MetadataIO(store, pointer_key=pointer_key).read_pointer()
+        except TableNotFound:
             raise err from None
+        except StoreError as unreadable:
+            raise CommitOutcomeUnknown(f"creating the table at {store.uri}: the pointer "
+                                       f"write failed ({err}) and could not be read back "
+                                       f"({unreadable})", commit_id=commit_id, version=0
+                                       ) from err
         if current.commit_id != commit_id:
             store.delete(key)  # the slot is provably someone else's: our manifest is an orphan
             raise TableAlreadyExists(f"a table already exists at {store.uri}") from None
-    return Table(store, Snapshot(manifest, key), write_options=write_options)
-
-
-def open_table(uri: str, *, storage_options: dict[str, str] | None = None,
-               write_options: WriteOptions | None = None) -> Table:
-    """Open an existing table at its latest version.  Raises TableNotFound."""
-    return Table.load(open_store(uri, storage_options), write_options=write_options)
+    return Snapshot(manifest, key)

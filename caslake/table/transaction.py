@@ -12,44 +12,60 @@ a row another commit deleted, never deleting a row twice).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
-from caslake.errors import CommitConflict, InvalidArgument, SchemaMismatch, StoreError
+from caslake.errors import InvalidArgument, SchemaMismatch, StoreError
 from caslake.expr import compile_where
 from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile, TombstoneRef
-from caslake.table.changes import Changes
-from caslake.table.commit import commit_with_retry
+from caslake.table.changes import Changes, Requirement
 from caslake.table.delete import (
     Condition,
     DeletePlan,
     KeyCondition,
     Planner,
     PredicateCondition,
-    changed_since,
     changes_for,
     check_where,
     plan_delete,
-    touched_since,
     write_delete,
 )
 from caslake.table.metadata_io import Snapshot
+from caslake.table.requirements import FilesUntouchedSince, ReadSetUnchanged
+from caslake.table.runner import CommitResult, TableContext, run_operation
 from caslake.table.write import SchemaConformer, as_reader, write_data_files
 
-if TYPE_CHECKING:
-    from caslake.table.table import CommitResult, Table
+
+def upsert_keys(key: Sequence[str] | str, data_columns: Iterable[str],
+                table_columns: Iterable[str]) -> list[str]:
+    """The key columns of an upsert: at least one, each in the data and in the table.
+    Raises InvalidArgument / SchemaMismatch naming the column."""
+    keys = [key] if isinstance(key, str) else list(key)
+    if not keys:
+        raise InvalidArgument("upsert needs at least one key column")
+    data, table = set(data_columns), set(table_columns)
+    for k in keys:
+        if k not in data:
+            raise SchemaMismatch(f"upsert key column {k!r} is not in the data", column=k)
+        if k not in table:
+            raise SchemaMismatch(f"upsert key column {k!r} is not in the table", column=k)
+    return keys
 
 
 class Transaction:
-    """Use as ``with table.transaction() as tx: ...``; commits on a clean exit."""
+    """Use as ``with table.transaction() as tx: ...``; commits on a clean exit.
 
-    def __init__(self, table: Table, *, read_version: int | None = None,
+    Works on a table handle's :class:`TableContext` (``table.context``); the
+    requests and bytes it reports count from its creation, uploads included."""
+
+    def __init__(self, context: TableContext, *, read_version: int | None = None,
                  planner: Planner | None = None) -> None:
-        self._table = table
+        self._ctx = context
+        self._started = context.meter()
         # How deletes are planned on a base version (``plan_delete``; the Spark
         # delete plugs in one that computes the matching positions on executors).
         self._planner: Planner = planner or plan_delete
@@ -69,17 +85,21 @@ class Transaction:
         if self._done:
             raise InvalidArgument("the transaction has already been committed or aborted")
 
+    def _schema(self) -> pa.Schema:
+        return self._ctx.snapshot.manifest.schema.to_arrow()
+
     def append(self, data: Any) -> None:
         self._check_open()
-        files = write_data_files(self._table.store, as_reader(data),
-                                 self._table.table_schema, self._table.write_options)
+        files = write_data_files(self._ctx.store, as_reader(data),
+                                 self._ctx.snapshot.manifest.schema,
+                                 self._ctx.write_options)
         self._files.extend(files)
         self._ops.append("append")
 
     def delete(self, where: Any) -> None:
         self._check_open()
         where = check_where(where)
-        compile_where(where, self._table.schema)  # fail now on a bad predicate
+        compile_where(where, self._schema())  # fail now on a bad predicate
         self._conditions.append(PredicateCondition(where))
         self._ops.append("delete")
         self._params.setdefault("where", str(where))
@@ -87,24 +107,17 @@ class Transaction:
     def upsert(self, data: Any, key: list[str] | str) -> None:
         """Delete current rows whose ``key`` equals a key in ``data``; append ``data``."""
         self._check_open()
-        keys = [key] if isinstance(key, str) else list(key)
-        if not keys:
-            raise InvalidArgument("upsert needs at least one key column")
         table = as_reader(data).read_all()
-        schema = self._table.schema
-        for k in keys:
-            if k not in table.column_names:
-                raise SchemaMismatch(f"upsert key column {k!r} is not in the data", column=k)
-            if k not in schema.names:
-                raise SchemaMismatch(f"upsert key column {k!r} is not in the table", column=k)
+        schema = self._schema()
+        keys = upsert_keys(key, table.column_names, schema.names)
         conformed = pa.Table.from_batches(
             [SchemaConformer(schema, table.schema)(b) for b in table.to_batches()],
             schema=schema)
         key_table = conformed.select(keys).group_by(keys).aggregate([])
         self._conditions.append(KeyCondition(key_table))
-        self._files.extend(write_data_files(self._table.store, conformed.to_reader(),
-                                            self._table.table_schema,
-                                            self._table.write_options))
+        self._files.extend(write_data_files(self._ctx.store, conformed.to_reader(),
+                                            self._ctx.snapshot.manifest.schema,
+                                            self._ctx.write_options))
         self._ops.append("upsert")
         self._params.setdefault("key", ",".join(keys))
 
@@ -128,63 +141,40 @@ class Transaction:
         return self._ops[0] if len(kinds) == 1 else "transaction"
 
     def commit(self) -> CommitResult:
-        from caslake.table.table import CommitResult
-
         self._check_open()
         self._done = True
-        table = self._table
-        io = table.io
-        before = table.store.counters.snapshot()
+        ctx = self._ctx
+        io = ctx.io
         files = tuple(self._files)
         conditions = tuple(self._conditions)
         operation = self._operation() if self._ops else "transaction"
         state: dict[str, Any] = {"plan": None, "refs": (), "dropped": (), "hidden": 0}
-
         commit_id = new_token()
+        requirements: tuple[Requirement, ...] = ()
+        if self._read_version is not None:
+            requirements = (ReadSetUnchanged(self._read_version, conditions, operation),)
 
         def plan_on(base: Snapshot) -> None:
-            plan = self._planner(io, table.footers, table.tombstones, base, conditions)
+            plan = self._planner(io, ctx.footers, ctx.tombstones, base, conditions)
             refs, dropped, hidden = write_delete(io, plan, commit_id=commit_id,
                                                  conditions=conditions)
             state.update(plan=plan, refs=refs, dropped=dropped, hidden=hidden)
 
         def prepare(base: Snapshot) -> Changes | None:
-            if self._read_version is not None:
-                if self._read_version > base.version:
-                    raise InvalidArgument(f"read_version {self._read_version} is newer than "
-                                          f"the table (version {base.version})")
-                reason = changed_since(io, io.at_version(base, self._read_version), base,
-                                       conditions)
-                if reason is not None:
-                    raise CommitConflict(
-                        f"{reason} after version {self._read_version}, which this "
-                        f"{operation} was computed from",
-                        help="read the table again and recompute the change")
+            # Deletes are not a requirement that fails: when a concurrent commit
+            # touched their files they are planned again on the new base.
             plan: DeletePlan | None = state["plan"]
-            if conditions and (plan is None or touched_since(
-                    io, plan.base, base, plan.target_paths | {f.path for f in state["dropped"]})):
+            if conditions and (plan is None or not FilesUntouchedSince(
+                    plan.base, frozenset(plan.target_paths | {f.path for f in state["dropped"]}),
+                    operation).holds(base, io)):
                 plan_on(base)
             refs: tuple[TombstoneRef, ...] = state["refs"]
             dropped: tuple[DataFile, ...] = state["dropped"]
             return changes_for(operation, refs, dropped, files, dict(self._params),
                                state["hidden"])
 
-        outcome = commit_with_retry(io, prepare, policy=table.commit_policy,
-                                    commit_id=commit_id)
-        table._set_snapshot(outcome.snapshot)
-        after = table.store.counters.snapshot()
-        plan = state["plan"]
-        m = outcome.snapshot.manifest
-        self.result = CommitResult(
-            version=m.version, commit_id=outcome.commit_id, operation=operation,
-            attempts=outcome.attempts,
-            files_added=0 if outcome.noop else len(files),
-            rows_added=0 if outcome.noop else sum(f.row_count for f in files),
-            files_removed=0 if outcome.noop else len(state["dropped"]),
-            rows_deleted=0 if outcome.noop or plan is None else plan.rows_deleted,
-            tombstones_added=0 if outcome.noop else len(state["refs"]),
-            noop=outcome.noop,
-            requests={k: after.get(k, 0) - before.get(k, 0) for k in after})
+        self.result = run_operation(ctx, operation, prepare, requirements=requirements,
+                                    started=self._started, commit_id=commit_id)
         return self.result
 
     def abort(self) -> None:
@@ -195,7 +185,7 @@ class Transaction:
         self._done = True
         for f in self._files:
             with contextlib.suppress(StoreError):
-                self._table.store.delete(f.path)
+                self._ctx.store.delete(f.path)
 
     def __enter__(self) -> Transaction:
         return self

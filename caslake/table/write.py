@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import struct
 import tempfile
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +23,14 @@ import pyarrow.parquet as pq
 from caslake.errors import InvalidArgument, SchemaMismatch
 from caslake.format.keys import data_file_key
 from caslake.format.manifest import DataFile
+from caslake.format.parquet import (
+    TRAILER_SIZE,
+    WRITE_PAGE_CHECKSUMS,
+    file_stats,
+    footer_crc32,
+    footer_size_from_trailer,
+)
 from caslake.format.schema import TableSchema
-from caslake.format.stats import file_stats
 from caslake.store.base import ObjectStore, PutMode
 
 MiB = 1024 * 1024
@@ -156,10 +160,7 @@ class _FileBuilder:
         self.sink = pa.OSFile(self.path, "wb")
         self.writer = pq.ParquetWriter(self.sink, schema, compression=options.compression,
                                        compression_level=options.compression_level,
-                                       write_statistics=True,
-                                       # readers verify these: a flipped bit in a page
-                                       # is an error, not a wrong value
-                                       write_page_checksum=True)
+                                       write_statistics=True, **WRITE_PAGE_CHECKSUMS)
         self.rows = 0
 
     def write(self, table: pa.Table) -> int:
@@ -177,14 +178,12 @@ class _FileBuilder:
         self.writer.close()
         self.sink.close()
         with open(self.path, "rb") as f:
-            f.seek(-8, os.SEEK_END)
-            tail = f.read(8)
+            f.seek(-TRAILER_SIZE, os.SEEK_END)
+            trailer = f.read(TRAILER_SIZE)
             size = f.tell()
-            if tail[4:] != b"PAR1":
-                raise OSError(f"pyarrow wrote no Parquet footer to {self.path}")
-            footer_size = struct.unpack("<I", tail[:4])[0] + 8
+            footer_size = footer_size_from_trailer(trailer, path=self.path)
             f.seek(size - footer_size)
-            footer_crc = zlib.crc32(f.read(footer_size))
+            footer_crc = footer_crc32(f.read(footer_size))
         return size, footer_size, footer_crc, self.writer.writer.metadata
 
     def discard(self) -> None:

@@ -34,25 +34,20 @@ import pyarrow as pa
 import pytest
 
 import caslake
-from caslake.errors import CommitConflict
+from caslake.api import Table
+from caslake.errors import ConcurrentModification
 from caslake.format.keys import TOMBSTONE_PREFIX
 from caslake.store import open_store
 from caslake.table.commit import CommitPolicy
-from caslake.table.table import Table
 from caslake.table.write import WriteOptions
 from tests.deletes.helpers import HookStore
+from tests.sample_data import ID_V_SCHEMA as SCHEMA
+from tests.sample_data import id_v_rows as rows
 
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 FAST = CommitPolicy(max_attempts=200, base_backoff_s=0.001, max_backoff_s=0.05, settle_attempts=3)
 LAYOUT = WriteOptions(row_group_size=300)  # 100 rows -> one file of several row groups
 BASE = range(100)
 WORKER = Path(__file__).with_name("delete_worker.py")
-
-
-def rows(ids: range | list[int], tag: str = "r") -> pa.Table:
-    ids = list(ids)
-    return pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array([f"{tag}{i}" for i in ids])},
-                    schema=SCHEMA)
 
 
 def ids_at(t: Table, version: int | None = None) -> list[int]:
@@ -235,7 +230,7 @@ def test_delete_racing_an_overwrite_replans_or_conflicts(any_store_uri) -> None:
     a, store, b_out = racing(uri, opts, lambda b: b.overwrite(new_data))
     try:
         res = a.delete("id BETWEEN 10 AND 19")
-    except CommitConflict:
+    except ConcurrentModification:
         res = None
     assert store.fired == 1
     (b_res,) = b_out
@@ -260,7 +255,7 @@ def test_overwrite_racing_a_delete_conflicts_or_replaces_everything(any_store_ur
     a, store, b_out = racing(uri, opts, lambda b: b.delete("id BETWEEN 10 AND 19"))
     try:
         res = a.overwrite(rows(range(50), "new"))
-    except CommitConflict:
+    except ConcurrentModification:
         res = None
     assert store.fired == 1
     (b_res,) = b_out

@@ -25,7 +25,6 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from pyroaring import BitMap
 
@@ -34,14 +33,10 @@ from caslake.errors import CorruptMetadata
 from caslake.format.keys import POINTER_KEY
 from caslake.store.local import etag_from_stat
 from caslake.table.write import WriteOptions
+from tests.sample_data import ID_V_SCHEMA as SCHEMA
+from tests.sample_data import id_v_rows as rows
 
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 MAGIC = b"CLTB"
-
-
-def rows(ids: range) -> pa.Table:
-    return pa.table({"id": pa.array(list(ids), pa.int64()), "v": [f"r{i}" for i in ids]},
-                    schema=SCHEMA)
 
 
 # --- the container (docs/format.md "Tombstone object") ----------------------------------

@@ -9,11 +9,18 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.api import Table
 from caslake.cli import main as cli_main
-from caslake.errors import CaslakeError, InvalidArgument, PreconditionFailed
+from caslake.errors import (
+    CaslakeError,
+    InvalidArgument,
+    PreconditionFailed,
+    RetryBudgetExhausted,
+)
 from caslake.maintenance.verify import verify_table
 from caslake.store.faults import Fault, FaultyStore
-from caslake.table.table import Table
+from caslake.table.commit import CommitPolicy
+from tests.sample_data import live_ids as ids
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
 
@@ -21,10 +28,6 @@ SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
 def rows(lo: int, hi: int) -> pa.Table:
     return pa.table({"id": list(range(lo, hi)), "v": [f"v{i % 97}" for i in range(lo, hi)]},
                     schema=SCHEMA)
-
-
-def ids(t: Table, **kw: object) -> list[int]:
-    return sorted(t.scan(**kw).to_arrow().column("id").to_pylist())  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=["memory", "local", pytest.param("s3", marks=pytest.mark.s3)])
@@ -108,6 +111,48 @@ def test_a_delete_racing_compaction_is_never_lost(tmp_path: Path) -> None:
     assert not res.noop and res.version == 6  # 4 appends, the delete, then compact
     assert ids(caslake.open_table(uri)) == [i for i in range(400) if i not in (7, 150, 399)]
     assert verify_table(t.store, deep=True, all_versions=True).ok
+
+
+def test_compaction_replans_on_a_concurrent_change_but_not_when_the_budget_ran_out(
+        tmp_path: Path) -> None:
+    """A concurrent change of a picked file is a ConcurrentModification: plan again.
+    A retry budget that ran out is RetryBudgetExhausted: planning again would not
+    help, so it is raised after one round (one rewrite, one pointer attempt)."""
+    uri = str(tmp_path / "t")
+    t = caslake.create_table(uri, SCHEMA)
+    for i in range(4):
+        t.append(rows(i * 100, (i + 1) * 100))
+    other = caslake.open_table(uri)
+    store = FaultyStore(t.store, [])
+    compactor = Table.load(store)
+    compactor.commit_policy = CommitPolicy(max_attempts=1, base_backoff_s=0.0,
+                                           max_backoff_s=0.0)
+
+    def other_appends_first(key: str) -> CaslakeError:
+        other.append(rows(1000, 1001))  # touches no picked file: only the race is lost
+        return PreconditionFailed(f"{key} changed", key=key)
+
+    race = Fault(frozenset({"put"}), "before", prefix="_latest_manifest",
+                 error=other_appends_first)
+    store.faults.append(race)
+    with pytest.raises(RetryBudgetExhausted):
+        compactor.compact()
+    assert race.fired == 1  # old code re-planned (rewrote the files) up to 3 more times
+    assert ids(caslake.open_table(uri)) == [*range(400), 1000]
+
+    # A delete of a picked file is a ConcurrentModification: the compaction plans again.
+    race.times = race.fired + 1
+
+    def other_deletes_first(key: str) -> CaslakeError:
+        other.delete("id = 5")
+        return PreconditionFailed(f"{key} changed", key=key)
+
+    race.error = other_deletes_first
+    compactor.commit_policy = CommitPolicy(max_attempts=2, base_backoff_s=0.0,
+                                           max_backoff_s=0.0)
+    res = compactor.compact()
+    assert race.fired == 2 and not res.noop and res.attempts == 2
+    assert ids(caslake.open_table(uri)) == [i for i in [*range(400), 1000] if i != 5]
 
 
 def test_a_delete_planned_before_compaction_lands_after_it(tmp_path: Path) -> None:

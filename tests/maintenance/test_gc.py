@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.api import Table
 from caslake.cli import main as cli_main
 from caslake.errors import CaslakeError, InvalidArgument, VersionNotFound
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX, data_file_key
@@ -18,7 +19,7 @@ from caslake.maintenance.verify import verify_table
 from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
 from caslake.table.metadata_io import MetadataIO
-from caslake.table.table import Table
+from tests.sample_data import live_ids as ids
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
 LATER = timedelta(days=30)  # "now" for a GC run that finds everything old
@@ -27,10 +28,6 @@ LATER = timedelta(days=30)  # "now" for a GC run that finds everything old
 def rows(lo: int, hi: int) -> pa.Table:
     return pa.table({"id": list(range(lo, hi)), "v": [f"v{i}" for i in range(lo, hi)]},
                     schema=SCHEMA)
-
-
-def ids(t: Table, **kw: object) -> list[int]:
-    return sorted(t.scan(**kw).to_arrow().column("id").to_pylist())  # type: ignore[arg-type]
 
 
 def all_keys(store: ObjectStore) -> set[str]:

@@ -52,6 +52,7 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.api import CommitResult, Table
 from caslake.errors import CaslakeError, CommitOutcomeUnknown
 from caslake.format.keys import MANIFEST_PREFIX, data_file_key
 from caslake.maintenance.verify import verify_table
@@ -61,7 +62,6 @@ from caslake.store.faults import Fault, FaultyStore, SimulatedCrash, reset_error
 from caslake.store.memory import forget_memory_space
 from caslake.table.commit import CommitPolicy
 from caslake.table.metadata_io import MetadataIO
-from caslake.table.table import CommitResult, Table
 
 ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),

@@ -55,6 +55,7 @@ from hypothesis.stateful import (
 )
 
 import caslake
+from caslake.api import CommitResult, Table
 from caslake.errors import (
     CaslakeError,
     CommitOutcomeUnknown,
@@ -68,7 +69,6 @@ from caslake.store import open_store
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash
 from caslake.store.memory import forget_memory_space
 from caslake.table.commit import CommitPolicy
-from caslake.table.table import CommitResult, Table
 from tests.reliability.test_crash_every_step import list_keys, referenced_keys
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
@@ -404,7 +404,7 @@ class TableMachine(RuleBasedStateMachine):
         def effect(base: list[Row]) -> Effect:
             io = self.observer.io
             snap = io.at_version(io.latest(), len(self.model) - 1)
-            work = plan_compaction(self.observer, snap, target_file_size=1 << 20,
+            work = plan_compaction(self.observer.context, snap, target_file_size=1 << 20,
                                    deleted_fraction=0.1)
             return Effect(base, 0, work is not None)
 

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import caslake
 import caslake.spark
-from caslake.errors import CommitConflict, SchemaMismatch, UnknownColumn
+from caslake.errors import ReadValidationFailed, SchemaMismatch, UnknownColumn
 from caslake.format.keys import DATA_PREFIX
 from caslake.spark import dml
 
@@ -126,7 +126,7 @@ def test_distributed_delete_read_version_refuses_a_concurrent_change(
     t = build(str(tmp_path / "t"))
     read_at = t.version
     t.append(rows([150]))  # another writer adds a row the delete's predicate matches
-    with pytest.raises(CommitConflict, match="read the table again"):
+    with pytest.raises(ReadValidationFailed):
         caslake.spark.delete(spark, t.uri, "id BETWEEN 140 AND 160", read_version=read_at)
     assert t.refresh().version == read_at + 1
     # Rows the predicate cannot match do not conflict.

@@ -7,45 +7,21 @@ import json
 import re
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNull, Not, StringStartsWith
 from pyspark.testing import assertDataFrameEqual
 
 import caslake
-from caslake.format.keys import DATA_PREFIX
 from caslake.spark.filters import split_filters
-from caslake.store import open_store
+from tests.spark.helpers import SCHEMA, T0, as_df, read, rows
 
 pytestmark = [pytest.mark.spark,
               pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")]
 
-SCHEMA = pa.schema([("id", pa.int64()), ("user", pa.string()),
-                    ("ts", pa.timestamp("us", tz="UTC")), ("score", pa.float64())])
-T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 FILTER_NODE = re.compile(r"\bFilter \(")
-
-
-def rows(lo: int, hi: int) -> pa.Table:
-    ids = list(range(lo, hi))
-    return pa.table({"id": ids, "user": [f"u{i % 3}" for i in ids],
-                     "ts": [T0 + dt.timedelta(hours=i) for i in ids],
-                     "score": [i / 2 for i in ids]}, schema=SCHEMA)
-
-
-def read(spark: SparkSession, uri: str, **options: str) -> DataFrame:
-    return spark.read.format("caslake").options(**options).load(uri)
-
-
-def as_df(spark: SparkSession, table: pa.Table) -> DataFrame:
-    return spark.createDataFrame(table.to_pandas())
-
-
-def data_files(uri: str, options: dict[str, str] | None = None) -> set[str]:
-    return {m.key for m in open_store(uri, options).list(DATA_PREFIX)}
 
 
 def test_append_then_read_equals_caslake_scan(spark: SparkSession, tmp_path: Path) -> None:

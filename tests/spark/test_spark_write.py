@@ -22,19 +22,20 @@ from pyspark.sql.types import StructType
 
 import caslake
 from caslake.errors import (
-    CommitConflict,
     CommitOutcomeUnknown,
+    ConcurrentModification,
     InvalidArgument,
     TableNotFound,
     TransientStoreError,
 )
-from caslake.format.keys import POINTER_KEY
+from caslake.format.keys import MANIFEST_PREFIX, POINTER_KEY
 from caslake.spark import CaslakeDataSource, CaslakeWriter
 from caslake.spark.write import CaslakeCommitMessage
 from caslake.store import ObjectStore, open_store
 from caslake.store.faults import Fault, FaultyStore
 from caslake.table.commit import CommitPolicy
 from tests.spark.helpers import SCHEMA, as_df, data_files, ids, referenced_files, rows
+from tests.table.late_landing import LateLandingStore, fail_after_the_settle_read
 
 pytestmark = [pytest.mark.spark,
               pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
@@ -249,7 +250,7 @@ def test_abort_after_a_provable_failure_deletes_the_files(spark: SparkSession,
     writer = CaslakeWriter(uri, {}, spark_schema(spark), overwrite=True)
     message = writer.write(iter([batch_of(10, 15)]))
     table.append(rows(5, 6))  # the overwrite's base moved: it must conflict
-    with pytest.raises(CommitConflict):
+    with pytest.raises(ConcurrentModification):
         pickle.loads(pickle.dumps(writer)).commit([message])
     pickle.loads(pickle.dumps(writer)).abort([message])  # Spark's abort, its own copy
     assert not paths(message) & data_files(uri)
@@ -284,6 +285,50 @@ def _unknown_commit(spark: SparkSession, uri: str, put_kind: str
     expected = {"after": 1, "before": settle} if put_kind == "after" else {"before": 1 + settle}
     assert faulty.fired_by_kind() == expected  # the faults really fired
     return pickle.loads(spark_copy), message, faulty
+
+
+def _late_landing_commit(spark: SparkSession, uri: str, *, land_first: bool
+                         ) -> tuple[CaslakeWriter, CaslakeCommitMessage, LateLandingStore,
+                                    CaslakeWriter]:
+    """A Spark commit whose first pointer PUT stays in flight, and whose next attempt's
+    manifest PUT fails (after the held PUT landed, with ``land_first``)."""
+    writer = FaultyWriter(uri, {}, spark_schema(spark), overwrite=False)
+    spark_copy = pickle.dumps(writer)
+    message = writer.write(iter([batch_of(0, 5)]))
+    store = LateLandingStore(open_store(uri))
+    fail_after_the_settle_read(store, "put", MANIFEST_PREFIX, land_first=land_first)
+    committing = pickle.loads(spark_copy)
+    committing.faulty = store
+    return committing, message, store, pickle.loads(spark_copy)
+
+
+def test_spark_commit_whose_open_pointer_write_landed_is_not_a_false_failure(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 9, defect 1, Spark side: the job must succeed (a TransientStoreError
+    would make Spark report a failed job whose rows are in the table)."""
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA).append(rows(100, 101))
+    committing, message, store, _ = _late_landing_commit(spark, uri, land_first=True)
+    committing.commit([message])
+    assert store.failed == 1 and store.landed
+    assert caslake.open_table(uri).version == 2 and ids(uri) == [0, 1, 2, 3, 4, 100]
+    assert paths(message) <= data_files(uri)
+
+
+def test_spark_commit_with_an_open_pointer_write_is_unknown_and_abort_keeps_the_files(
+        spark: SparkSession, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA).append(rows(100, 101))
+    committing, message, store, aborting = _late_landing_commit(spark, uri, land_first=False)
+    with pytest.raises(CommitOutcomeUnknown):
+        committing.commit([message])
+    assert store.failed == 1 and not store.landed
+    aborting.abort([message])  # the write may still land: keep everything
+    assert paths(message) <= data_files(uri)
+    store.land()  # ... and it does: the rows are in the table, once
+    assert caslake.open_table(uri).version == 2 and ids(uri) == [0, 1, 2, 3, 4, 100]
+    pickle.loads(pickle.dumps(aborting)).abort([message])  # settles: ours, keep
+    assert paths(message) <= data_files(uri) == referenced_files(uri)
 
 
 def test_abort_after_ambiguous_commit_that_landed_keeps_the_data(spark: SparkSession,

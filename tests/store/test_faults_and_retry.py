@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.api import Table
 from caslake.errors import (
     AlreadyExists,
     CaslakeError,
@@ -21,7 +22,6 @@ from caslake.store import open_store
 from caslake.store.base import IfMatch, PutMode
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash, slowdown_error
 from caslake.store.retry import RetryingStore
-from caslake.table.table import Table
 
 ALL = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
 

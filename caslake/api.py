@@ -1,0 +1,60 @@
+"""The public table facade: ``caslake.Table``, ``create_table``, ``open_table``.
+
+:class:`Table` is the table layer's :class:`~caslake.table.table.TableCore`
+(reads, writes, deletes, transactions, history) plus the maintenance
+operations, which live one layer up (``caslake.maintenance``) and see only
+the handle's :class:`~caslake.table.runner.TableContext`.  Keeping these two
+methods here is what lets ``table/`` never import ``maintenance/``
+(docs/architecture.md).
+
+This module owns no logic of its own: every method is a call into the layer
+that owns it.  Nothing below it imports it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pyarrow as pa
+
+from caslake.maintenance.compact import compact
+from caslake.maintenance.gc import DEFAULT_RETENTION, GcReport, collect_garbage
+from caslake.table.runner import CommitResult
+from caslake.table.table import HistoryEntry, TableCore
+from caslake.table.write import WriteOptions
+
+
+class Table(TableCore):
+    """A handle on a table: see :class:`~caslake.table.table.TableCore` for reads,
+    writes, deletes, upserts and transactions."""
+
+    def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1
+                ) -> CommitResult:
+        """Rewrite small files, and files ``deleted_fraction`` or more of whose rows are
+        deleted, into new files in one commit (see :mod:`caslake.maintenance.compact`)."""
+        return compact(self.context, target_file_size=target_file_size,
+                       deleted_fraction=deleted_fraction)
+
+    def gc(self, *, retention: timedelta = DEFAULT_RETENTION, dry_run: bool = False,
+           now: datetime | None = None, force: bool = False) -> GcReport:
+        """Expire versions older than ``retention`` and delete the objects no retained
+        version references (see :mod:`caslake.maintenance.gc`)."""
+        return collect_garbage(self.context, retention=retention, dry_run=dry_run, now=now,
+                               force=force)
+
+
+def create_table(uri: str, schema: pa.Schema, *, storage_options: dict[str, str] | None = None,
+                 properties: dict[str, str] | None = None,
+                 write_options: WriteOptions | None = None) -> Table:
+    """Create an empty table (version 0).  Raises TableAlreadyExists."""
+    return Table.create(uri, schema, storage_options=storage_options, properties=properties,
+                        write_options=write_options)
+
+
+def open_table(uri: str, *, storage_options: dict[str, str] | None = None,
+               write_options: WriteOptions | None = None) -> Table:
+    """Open an existing table at its latest version.  Raises TableNotFound."""
+    return Table.open(uri, storage_options=storage_options, write_options=write_options)
+
+
+__all__ = ["CommitResult", "HistoryEntry", "Table", "create_table", "open_table"]

@@ -1,0 +1,332 @@
+"""Parquet physics: the footer, the byte layout of a data file, checksums, statistics.
+
+This module owns everything caslake knows about the inside of a Parquet file:
+
+* **the footer**: where it lies (:func:`footer_size_from_trailer`), its CRC-32
+  (:func:`footer_crc32`), checking it against a manifest entry and parsing it
+  (:func:`check_footer`, :func:`parse_footer`), giving a :class:`FooterInfo`;
+* **byte ranges**: of every column chunk and row group (:class:`FooterInfo`,
+  :class:`RowGroupInfo`, :class:`ColumnChunkInfo`), so readers fetch exactly the
+  chunks they need and the row-group splice (purge) can copy whole groups;
+* **column indexes**: a column's position in the file from its name
+  (:meth:`FooterInfo.column_indexes`);
+* **page CRCs**: data pages carry CRC-32s; :data:`WRITE_PAGE_CHECKSUMS` and
+  :data:`VERIFY_PAGE_CHECKSUMS` are the writer and reader options that add and
+  check them, and :data:`SCAN_FORMAT` is the dataset format that checks them;
+* **footer statistics**: decoding a row group's min/max/null counts into
+  :class:`~caslake.format.stats.ColumnStats` (:func:`row_group_stats`) and
+  merging them into a file's manifest statistics (:func:`file_stats`).
+
+Pure: nothing here performs I/O (callers fetch the bytes), and every defect of
+a file's bytes is :class:`~caslake.errors.CorruptMetadata` naming the file.
+The Thrift codec that purge needs to rewrite footers belongs here too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from caslake.errors import CorruptMetadata
+from caslake.format.manifest import DataFile
+from caslake.format.stats import ColumnStats, JsonStats, value_to_json
+
+MAGIC = b"PAR1"
+#: Bytes after the footer's Thrift metadata: its little-endian u32 length, then MAGIC.
+TRAILER_SIZE = 8
+
+#: ``pq.ParquetWriter`` options: every data page carries a CRC-32, so a flipped
+#: bit in a page is an error, not a wrong value.
+WRITE_PAGE_CHECKSUMS: dict[str, Any] = {"write_page_checksum": True}
+#: ``pq.ParquetFile`` options: check the page CRC-32s while decoding.
+VERIFY_PAGE_CHECKSUMS: dict[str, Any] = {"page_checksum_verification": True}
+#: The dataset format for scanning data files, checking page CRC-32s.
+SCAN_FORMAT = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
+    **VERIFY_PAGE_CHECKSUMS))
+
+
+# --- footer location and checksum ---------------------------------------------------
+
+
+def footer_size_from_trailer(trailer: bytes, *, path: str) -> int:
+    """The footer's size *including* the 8-byte trailer, from a file's last 8 bytes
+    (this is the manifest's ``footer_size``)."""
+    if len(trailer) != TRAILER_SIZE or trailer[4:] != MAGIC:
+        raise CorruptMetadata(path, "the file does not end with a Parquet footer")
+    return int(struct.unpack("<I", trailer[:4])[0]) + TRAILER_SIZE
+
+
+def footer_crc32(tail: bytes) -> int:
+    """CRC-32 of a file's last ``footer_size`` bytes (the manifest's ``footer_crc32``)."""
+    return zlib.crc32(tail)
+
+
+# --- layout --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ColumnChunkInfo:
+    """One column chunk of one row group: bytes ``[start, end)`` of the file."""
+
+    column: int  # index among the file's leaf columns
+    name: str  # its path in the schema ("a.b" for nested; caslake columns are flat)
+    start: int  # dictionary page if any, else the first data page
+    end: int
+    num_values: int
+    has_column_index: bool  # the page index lies outside the chunk, before the footer
+    has_offset_index: bool
+
+
+@dataclass(frozen=True)
+class RowGroupInfo:
+    """One row group: its rows, its place among the file's rows, and its bytes."""
+
+    index: int
+    num_rows: int
+    first_row: int  # file position of its first row
+    columns: tuple[ColumnChunkInfo, ...]
+
+    @property
+    def start(self) -> int:
+        """First byte of its column chunks (inclusive)."""
+        return min((c.start for c in self.columns), default=0)
+
+    @property
+    def end(self) -> int:
+        """Last byte of its column chunks (exclusive)."""
+        return max((c.end for c in self.columns), default=0)
+
+
+@dataclass(frozen=True)
+class FooterInfo:
+    """A data file's parsed footer and the byte layout it describes.
+
+    ``raw`` is the file's last ``footer_size`` bytes: the Thrift ``FileMetaData``
+    (``footer_len`` bytes at file offset ``footer_start``) then the 8-byte
+    trailer.  ``etag`` is the ETag the bytes were read under (a reader pins its
+    later range reads of the file to it); empty when unknown.
+    Per-group and per-chunk values are computed on first use and kept."""
+
+    path: str
+    file_size: int
+    raw: bytes
+    metadata: pq.FileMetaData = field(repr=False, compare=False)
+    group_rows: tuple[int, ...]
+    etag: str = ""
+
+    @property
+    def footer_size(self) -> int:
+        return len(self.raw)
+
+    @property
+    def footer_start(self) -> int:
+        return self.file_size - len(self.raw)
+
+    @property
+    def footer_len(self) -> int:
+        return len(self.raw) - TRAILER_SIZE
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.metadata.num_rows)
+
+    @property
+    def num_row_groups(self) -> int:
+        return len(self.group_rows)
+
+    @cached_property
+    def group_starts(self) -> tuple[int, ...]:
+        """File position of each row group's first row."""
+        return tuple(itertools.accumulate(self.group_rows, initial=0))[:-1]
+
+    @cached_property
+    def arrow_schema(self) -> pa.Schema:
+        return self.metadata.schema.to_arrow_schema()
+
+    @cached_property
+    def _index_by_name(self) -> dict[str, int]:
+        schema = self.metadata.schema
+        return {schema.column(i).path: i for i in range(self.metadata.num_columns)}
+
+    def column_indexes(self, names: Iterable[str]) -> list[int]:
+        """Leaf-column indexes of ``names``; a missing column is CorruptMetadata."""
+        by_name = self._index_by_name
+        out = []
+        for n in names:
+            i = by_name.get(n)
+            if i is None:
+                raise CorruptMetadata(self.path, f"data file has no column {n!r}")
+            out.append(i)
+        return out
+
+    @cached_property
+    def _chunk_ranges(self) -> dict[tuple[int, int], tuple[int, int]]:
+        return {}
+
+    def chunk_range(self, rg: int, column: int) -> tuple[int, int]:
+        """Bytes ``[start, end)`` of one column chunk."""
+        memo = self._chunk_ranges
+        hit = memo.get((rg, column))
+        if hit is None:
+            hit = memo[(rg, column)] = _chunk_range(self.metadata.row_group(rg).column(column))
+        return hit
+
+    def chunk_ranges(self, groups: Iterable[int], columns: Sequence[int]
+                     ) -> list[tuple[int, int]]:
+        """Byte ranges of ``columns`` in each of ``groups``, group by group."""
+        return [self.chunk_range(rg, c) for rg in groups for c in columns]
+
+    def chunk_bytes(self, groups: Iterable[int], columns: Sequence[int]) -> int:
+        return sum(e - s for s, e in self.chunk_ranges(groups, columns))
+
+    def row_group(self, rg: int) -> RowGroupInfo:
+        """Everything about row group ``rg``, with every column chunk's byte range."""
+        return self.row_groups[rg]
+
+    @cached_property
+    def row_groups(self) -> tuple[RowGroupInfo, ...]:
+        out = []
+        for rg, (rows, first) in enumerate(zip(self.group_rows, self.group_starts, strict=True)):
+            group = self.metadata.row_group(rg)
+            chunks = []
+            for c in range(group.num_columns):
+                meta = group.column(c)
+                start, end = self.chunk_range(rg, c)
+                chunks.append(ColumnChunkInfo(c, meta.path_in_schema, start, end,
+                                              meta.num_values, meta.has_column_index,
+                                              meta.has_offset_index))
+            out.append(RowGroupInfo(rg, rows, first, tuple(chunks)))
+        return tuple(out)
+
+    def row_group_stats(self, rg: int, columns: dict[str, pa.DataType]
+                        ) -> dict[str, ColumnStats]:
+        return row_group_stats(self.metadata, rg, columns)
+
+
+def _chunk_range(c: Any) -> tuple[int, int]:
+    start = int(c.data_page_offset)
+    if c.has_dictionary_page and c.dictionary_page_offset is not None:
+        start = min(start, int(c.dictionary_page_offset))
+    return start, start + int(c.total_compressed_size)
+
+
+# --- parsing ---------------------------------------------------------------------------
+
+
+def parse_footer(tail: bytes, *, path: str, file_size: int, etag: str = "") -> FooterInfo:
+    """Parse a file's last bytes (the whole footer and trailer) into a :class:`FooterInfo`.
+
+    Checks the trailer, that pyarrow can decode the metadata, and that the row
+    groups' row counts are non-negative and add up to the file's.  Every defect
+    is CorruptMetadata naming ``path``."""
+    if len(tail) < TRAILER_SIZE or tail[-4:] != MAGIC:
+        raise CorruptMetadata(path, "the Parquet footer is truncated or the file is not Parquet")
+    if footer_size_from_trailer(tail[-TRAILER_SIZE:], path=path) != len(tail):
+        raise CorruptMetadata(path, "the Parquet footer's length does not match its trailer")
+    try:
+        md = pq.read_metadata(pa.BufferReader(tail))
+        group_rows = tuple(md.row_group(i).num_rows for i in range(md.num_row_groups))
+    except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: non-UTF-8 names
+        raise CorruptMetadata(path, f"unreadable Parquet footer ({e})") from None
+    if any(n < 0 for n in group_rows) or sum(group_rows) != md.num_rows:
+        raise CorruptMetadata(path, f"footer's row groups hold {sum(group_rows)} rows, "
+                              f"not its total of {md.num_rows}")
+    return FooterInfo(path, file_size, bytes(tail), md, group_rows, etag)
+
+
+def check_footer(tail: bytes, f: DataFile, *, etag: str = "") -> FooterInfo:
+    """Check a data file's footer bytes against its manifest entry, then parse them.
+
+    The CRC comes first: pyarrow can abort the process on some damaged footers,
+    and a matching CRC is what proves that a file whose ETag differs from the
+    manifest's (a copied table) still holds the bytes that were committed."""
+    if len(tail) != f.footer_size or tail[-4:] != MAGIC:
+        raise CorruptMetadata(f.path, "the Parquet footer is truncated or the file is not Parquet")
+    if f.footer_crc32 is not None and footer_crc32(tail) != f.footer_crc32:
+        raise CorruptMetadata(f.path, "the Parquet footer's CRC-32 differs from the manifest "
+                              "(the file is damaged or was replaced)")
+    info = parse_footer(tail, path=f.path, file_size=f.size, etag=etag)
+    if info.num_rows != f.row_count or info.num_row_groups != f.row_group_count:
+        raise CorruptMetadata(f.path, f"footer has {info.num_rows} rows in "
+                              f"{info.num_row_groups} row groups; the manifest says "
+                              f"{f.row_count} in {f.row_group_count}")
+    return info
+
+
+# --- statistics -----------------------------------------------------------------------
+
+
+def _chunk_stats(stats: Any) -> tuple[Any, Any, int | None]:
+    if stats is None:
+        return None, None, None
+    nulls = stats.null_count if stats.has_null_count else None
+    if not stats.has_min_max:
+        return None, None, nulls
+    return stats.min, stats.max, nulls
+
+
+def row_group_stats(md: pq.FileMetaData, rg: int, columns: dict[str, pa.DataType]
+                    ) -> dict[str, ColumnStats]:
+    """Footer statistics of one row group, as pruning values, for the named top-level
+    columns (a bound that cannot be recorded, e.g. NaN, is unknown)."""
+    group = md.row_group(rg)
+    out: dict[str, ColumnStats] = {}
+    for i in range(group.num_columns):
+        chunk = group.column(i)
+        name = chunk.path_in_schema
+        t = columns.get(name)
+        if t is None:
+            continue
+        lo, hi, nulls = _chunk_stats(chunk.statistics)
+        if value_to_json(lo, t) is None or value_to_json(hi, t) is None:
+            lo = hi = None
+        out[name] = ColumnStats(min=lo, max=hi, null_count=nulls)
+    return out
+
+
+def file_stats(md: pq.FileMetaData, columns: dict[str, pa.DataType]) -> dict[str, JsonStats]:
+    """Whole-file stats, merged over row groups, in their manifest (JSON) form,
+    keyed by column name.  A bound unknown in any row group is left out."""
+    acc: dict[str, JsonStats] = {}
+    known_minmax: dict[str, bool] = {name: True for name in columns}
+    known_nulls: dict[str, bool] = {name: True for name in columns}
+    for rg in range(md.num_row_groups):
+        for name, cs in row_group_stats(md, rg, columns).items():
+            t = columns[name]
+            entry = acc.setdefault(name, {})
+            if cs.null_count is None:
+                known_nulls[name] = False
+            else:
+                entry["nulls"] = entry.get("nulls", 0) + cs.null_count
+            if cs.min is None or cs.max is None:
+                if md.row_group(rg).num_rows > (cs.null_count or 0) or cs.null_count is None:
+                    known_minmax[name] = False
+                continue
+            lo, hi = value_to_json(cs.min, t), value_to_json(cs.max, t)
+            if "min" not in entry or _less(lo, entry["min"], t):
+                entry["min"] = lo
+            if "max" not in entry or _less(entry["max"], hi, t):
+                entry["max"] = hi
+    for name in list(acc):
+        if not known_minmax[name]:
+            acc[name].pop("min", None)
+            acc[name].pop("max", None)
+        if not known_nulls[name]:
+            acc[name].pop("nulls", None)
+    return acc
+
+
+def _less(a: Any, b: Any, t: pa.DataType) -> bool:
+    if pa.types.is_decimal(t):
+        return Decimal(a) < Decimal(b)
+    return bool(a < b)

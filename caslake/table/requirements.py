@@ -1,0 +1,138 @@
+"""Commit requirements: what must still hold on the base version a commit lands on.
+
+Each requirement is a small frozen value whose ``validate(base, io)`` raises
+the typed conflict that tells the caller what to do next (``caslake.errors``):
+
+* :class:`BaseVersionIs` -- the commit is only valid on exactly the version it
+  was planned on (overwrite) -> :class:`ConcurrentModification`;
+* :class:`SchemaUnchanged` -- files were written with this schema ->
+  :class:`ConcurrentModification`;
+* :class:`FilesUntouchedSince` -- no commit since the plan removed these files or
+  added a tombstone on them (compaction; deletes re-plan instead) ->
+  :class:`ConcurrentModification`;
+* :class:`ReadSetUnchanged` -- optimistic read validation: nothing a change
+  computed from ``read_version`` could match changed since ->
+  :class:`ReadValidationFailed`;
+* :class:`TxnNotApplied` -- idempotent writes: the ``(app id, version)`` has not
+  landed -> :class:`TxnAlreadyApplied` (the commit loop makes it a no-op);
+* :class:`RefAtVersion` -- another ref's pointer is at a given version ->
+  :class:`ConcurrentModification`.
+
+The commit loop (:func:`caslake.table.commit.commit_with_retry`) validates a
+plan's requirements against every base it tries, before ``prepare`` runs, so a
+commit is never applied on a base one of them rejects.  This module never
+writes and never decides what to do about a conflict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from caslake.errors import (
+    ConcurrentModification,
+    InvalidArgument,
+    ReadValidationFailed,
+    TxnAlreadyApplied,
+)
+from caslake.format.schema import TableSchema
+from caslake.table.changes import Requirement, txn_applied
+from caslake.table.delete import Condition, changed_since, touched_since
+from caslake.table.metadata_io import MetadataIO, Snapshot
+
+
+@dataclass(frozen=True)
+class BaseVersionIs:
+    version: int
+    operation: str
+
+    def validate(self, base: Snapshot, io: MetadataIO) -> None:
+        if base.version != self.version:
+            raise ConcurrentModification(
+                f"{self.operation} was planned against version {self.version} but the "
+                f"table is now at version {base.version}",
+                help=f"re-run the {self.operation} so it sees the rows committed since")
+
+
+@dataclass(frozen=True)
+class SchemaUnchanged:
+    schema: TableSchema
+
+    def validate(self, base: Snapshot, io: MetadataIO) -> None:
+        if base.manifest.schema != self.schema:
+            raise ConcurrentModification("the table schema changed during the write",
+                                         help="re-run the write against the new schema")
+
+
+@dataclass(frozen=True)
+class FilesUntouchedSince:
+    planned: Snapshot
+    paths: frozenset[str]
+    operation: str
+
+    def holds(self, base: Snapshot, io: MetadataIO) -> bool:
+        return not touched_since(io, self.planned, base, set(self.paths))
+
+    def validate(self, base: Snapshot, io: MetadataIO) -> None:
+        if not self.holds(base, io):
+            raise ConcurrentModification(
+                f"a file this {self.operation} rewrites was changed by a concurrent commit "
+                f"after version {self.planned.version}",
+                help=f"run {self.operation} again")
+
+
+@dataclass(frozen=True)
+class ReadSetUnchanged:
+    read_version: int
+    conditions: tuple[Condition, ...]
+    operation: str
+
+    def validate(self, base: Snapshot, io: MetadataIO) -> None:
+        if self.read_version > base.version:
+            raise InvalidArgument(f"read_version {self.read_version} is newer than the table "
+                                  f"(version {base.version})")
+        reason = changed_since(io, io.at_version(base, self.read_version), base,
+                               self.conditions)
+        if reason is not None:
+            raise ReadValidationFailed(f"{reason} after version {self.read_version}, which "
+                                       f"this {self.operation} was computed from")
+
+
+@dataclass(frozen=True)
+class TxnNotApplied:
+    txn: tuple[str, int]
+
+    def validate(self, base: Snapshot, io: MetadataIO) -> None:
+        if txn_applied(base.manifest.txns, self.txn):
+            app, version = self.txn
+            raise TxnAlreadyApplied(f"txn ({app!r}, {version}) is already committed "
+                                    f"(version {base.version} records "
+                                    f"{base.manifest.txns[app]})")
+
+
+@dataclass(frozen=True)
+class RefAtVersion:
+    pointer_key: str
+    version: int
+
+    def validate(self, base: Snapshot, io: MetadataIO) -> None:
+        pointer, _ = io.read_pointer(self.pointer_key)
+        if pointer.version != self.version:
+            raise ConcurrentModification(
+                f"ref {self.pointer_key} is at version {pointer.version}, not "
+                f"{self.version} as planned")
+
+
+def write_requirements(operation: str, schema: TableSchema, *,
+                       txn: tuple[str, int] | None = None,
+                       base_version: int | None = None) -> tuple[Requirement, ...]:
+    """The requirements of a commit that adds files written with ``schema``: its txn
+    not applied (checked first: a replay is a no-op, whatever else changed), the
+    schema unchanged, and for an overwrite the base version it planned on."""
+    out: list[Requirement] = []
+    if txn is not None:
+        out.append(TxnNotApplied(txn))
+    out.append(SchemaUnchanged(schema))
+    if base_version is not None:
+        out.append(BaseVersionIs(base_version, operation))
+    return tuple(out)
+

@@ -1,0 +1,144 @@
+"""Running one operation on a table handle: commit a plan, move the handle, report.
+
+Owns :class:`TableContext` -- what an operation needs of a table handle: its
+store, metadata IO, caches, write options, commit policy, the ref it commits to,
+a clock, and the snapshot the handle last saw -- and :func:`run_operation`,
+the one place that turns a plan into a :class:`CommitResult`: it commits
+through :func:`caslake.table.commit.commit_with_retry`, moves the handle's
+snapshot, and reports what the commit did (from the manifest that landed) and
+what the operation cost in store requests and bytes.
+
+``Table``, transactions, compaction and gc all run through here; modules that
+maintain a table (``caslake.maintenance``) receive a :class:`TableContext`,
+never the ``Table`` facade.  This module never plans, never uploads data (a
+plan's files are already on storage) and never imports anything above
+``table/``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from caslake.format.keys import POINTER_KEY
+from caslake.store.base import ObjectStore
+from caslake.table.changes import Changes, Requirement
+from caslake.table.commit import CommitPolicy, commit_with_retry
+from caslake.table.deletion_mask import TombstoneCache
+from caslake.table.footers import FooterCache
+from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.write import WriteOptions
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What one operation did, and what it cost in store requests and bytes.
+
+    ``requests`` is the store's counter delta over the operation (request kinds,
+    plus ``bytes_in``/``bytes_out``); ``bytes_in``/``bytes_out`` repeat the byte
+    counts as fields."""
+
+    version: int
+    commit_id: str
+    operation: str
+    attempts: int
+    files_added: int = 0
+    rows_added: int = 0
+    files_removed: int = 0
+    rows_deleted: int = 0
+    tombstones_added: int = 0
+    noop: bool = False
+    requests: dict[str, int] = field(default_factory=dict)
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TableContext:
+    """A table handle's state, as operations below the ``Table`` facade see it.
+
+    ``snapshot`` is the version the handle last saw; only :func:`run_operation`
+    (after a commit) and :meth:`refresh` move it."""
+
+    def __init__(self, store: ObjectStore, snapshot: Snapshot, *,
+                 io: MetadataIO | None = None, write_options: WriteOptions | None = None,
+                 commit_policy: CommitPolicy | None = None,
+                 pointer_key: str = POINTER_KEY,
+                 now_ms: Callable[[], int] = _wall_clock_ms) -> None:
+        self.store = store
+        self.pointer_key = pointer_key  # the ref this handle reads and commits to
+        self.io = io or MetadataIO(store, pointer_key=pointer_key)
+        self.io.remember(snapshot.key, snapshot.manifest)
+        self.footers = FooterCache()
+        self.tombstones = TombstoneCache()
+        self.write_options = write_options or WriteOptions()
+        self.commit_policy = commit_policy or CommitPolicy()
+        self.now_ms = now_ms
+        self._snapshot = snapshot
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def _set_snapshot(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def refresh(self) -> Snapshot:
+        """Read the ref's pointer; the latest version becomes the handle's snapshot."""
+        self._snapshot = self.io.latest(self.pointer_key)
+        return self._snapshot
+
+    def meter(self) -> dict[str, int]:
+        """The store's counters now: pass as ``started`` to :func:`run_operation` so
+        the result counts everything the operation did since (planning, uploads)."""
+        return self.store.counters.snapshot()
+
+
+def _cost(ctx: TableContext, started: dict[str, int]) -> dict[str, int]:
+    now = ctx.meter()
+    return {k: now.get(k, 0) - started.get(k, 0) for k in now}
+
+
+def run_operation(ctx: TableContext, operation: str,
+                  prepare: Callable[[Snapshot], Changes | None], *,
+                  requirements: Sequence[Requirement] = (), started: dict[str, int],
+                  commit_id: str | None = None) -> CommitResult:
+    """Commit ``prepare`` (files already uploaded) under ``requirements``, move the
+    handle to the version it landed as (or the base, for a no-op) and report.
+
+    What the commit did comes from the summary of the manifest that landed, so
+    the report is right even when an earlier attempt's late-landing pointer
+    write is the one that won."""
+    outcome = commit_with_retry(ctx.io, prepare, requirements=requirements,
+                                policy=ctx.commit_policy, now_ms=ctx.now_ms,
+                                commit_id=commit_id, pointer_key=ctx.pointer_key)
+    ctx._set_snapshot(outcome.snapshot)
+    m = outcome.snapshot.manifest
+    summary = {} if outcome.noop else m.summary
+    requests = _cost(ctx, started)
+    return CommitResult(
+        version=m.version, commit_id=outcome.commit_id, operation=operation,
+        attempts=outcome.attempts, files_added=summary.get("added_files", 0),
+        rows_added=summary.get("added_rows", 0),
+        files_removed=summary.get("removed_files", 0),
+        rows_deleted=summary.get("deleted_rows", 0),
+        tombstones_added=summary.get("added_tombstones", 0), noop=outcome.noop,
+        requests=requests, bytes_in=requests.get("bytes_in", 0),
+        bytes_out=requests.get("bytes_out", 0))
+
+
+def noop_result(ctx: TableContext, operation: str, snapshot: Snapshot, *,
+                started: dict[str, int], commit_id: str | None = None) -> CommitResult:
+    """The report of an operation that found nothing to commit on ``snapshot`` (which
+    becomes the handle's)."""
+    ctx._set_snapshot(snapshot)
+    requests = _cost(ctx, started)
+    return CommitResult(snapshot.version,
+                        snapshot.manifest.commit_id if commit_id is None else commit_id,
+                        operation, 0, noop=True, requests=requests,
+                        bytes_in=requests.get("bytes_in", 0),
+                        bytes_out=requests.get("bytes_out", 0))
