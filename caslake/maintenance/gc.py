@@ -31,14 +31,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from caslake.errors import InvalidArgument
-from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX
+from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TOMBSTONE_PREFIX
 from caslake.table.changes import Changes
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.runner import TableContext, run_operation
 
 MIN_RETENTION = timedelta(hours=24)
 DEFAULT_RETENTION = timedelta(days=7)
-_PREFIXES = (MANIFEST_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
+_PREFIXES = (MANIFEST_PREFIX, SEGMENT_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
 EXPIRE = "expire"  # the operation of GC's marker commit
 
 
