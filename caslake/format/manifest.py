@@ -15,6 +15,7 @@ choose between carrying entries inline and referencing them.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -91,10 +92,19 @@ class SegmentRef:
         if self.stats is None:
             return {"manifest": self.manifest, "version": self.version,
                     "files": self.file_count, "rows": self.row_count, "bytes": self.byte_count}
-        return {"segment": self.manifest, "version": self.version, "files": self.file_count,
+        body = {"segment": self.manifest, "version": self.version, "files": self.file_count,
                 "rows": self.row_count, "bytes": self.byte_count, "size": self.size,
                 "crc32": self.crc32,
                 "stats": {str(k): dict(v) for k, v in sorted(self.stats.items())}}
+        return {**body, "check": segment_ref_check(body)}
+
+
+def segment_ref_check(body: Mapping[str, Any]) -> int:
+    """CRC-32 of a segment reference's canonical JSON (keys sorted, no whitespace,
+    without ``check``): a summary damaged or edited on its own is detected when the
+    manifest is parsed, before any planner trusts it to skip the segment."""
+    return zlib.crc32(json.dumps({k: v for k, v in body.items() if k != "check"},
+                                 sort_keys=True, separators=(",", ":")).encode())
 
 
 @dataclass(frozen=True)
@@ -405,6 +415,9 @@ def _parse_segment_ref(s: _Doc) -> SegmentRef:
     crc = s.nonneg("crc32")
     if crc >= 2**32:
         raise s.error("crc32 must be an unsigned 32-bit integer")
+    if s.get("check", int) != segment_ref_check(s.obj):
+        raise s.error("the segment reference's check does not match its content "
+                      "(the summary or counts were damaged or edited)")
     return SegmentRef(manifest=s.safe_key("segment", SEGMENT_PREFIX), version=s.nonneg("version"),
                       file_count=s.nonneg("files"), row_count=s.nonneg("rows"),
                       byte_count=s.nonneg("bytes"), stats=stats, size=s.nonneg("size"),

@@ -41,7 +41,7 @@ from caslake.format.schema import TableSchema
 
 SEGMENT_FORMAT = "caslake.segment"
 HEADER_KEY = b"caslake.segment"
-BLOCK_FILES = 256
+BLOCK_FILES = 64  # a point read decodes one block: few entries, many block summaries
 
 Stats = Mapping[int, Mapping[str, Any]]  # field id -> {"min", "max", "nulls"}
 

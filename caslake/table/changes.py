@@ -205,6 +205,11 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
     totals = Totals(totals.files + added.files, totals.rows + added.rows,
                     totals.bytes + added.bytes)
     files.extend(changes.add_files)
+    if len(files) > INLINE_LIMIT:
+        # A big commit: its entries go straight to a segment object, so the root
+        # (read by every reader) never holds more than INLINE_LIMIT entries.
+        segments.append(write(files))
+        files = []
     segments = _fold(segments, removed, totals.files, load, write)
 
     # Tombstones: carry forward, forget files that left the table, add the new ones.
