@@ -150,7 +150,7 @@ def _referenced(io: MetadataIO, versions: Iterable[Snapshot]) -> set[str]:
         keys.add(snap.key)
         keys.update(s.manifest for s in m.segments)
         keys.update(t.path for t in m.tombstones)
-        keys.update(f.path for f in io.live_files(snap))
+        keys.update(f.path for f in io.iter_live_files(snap))  # streamed per block
     return keys
 
 

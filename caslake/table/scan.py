@@ -298,18 +298,17 @@ class Scan:
                 sum(1 for ref in refs if not kept_paths.isdisjoint(ref.files)))
         return self._prepared
 
-    def _task(self, f: DataFile, footer: FooterInfo, prep: _Prepared,
-              counts: list[int]) -> FileTask | None:
+    def _task(self, f: DataFile, footer: FooterInfo, mask: DeletionMask | None,
+              only_groups: Mapping[str, frozenset[int]], counts: list[int]) -> FileTask | None:
         """The task reading ``f`` (None: no row group survives); ``counts`` gains the
         row groups seen, pruned and wholly deleted."""
         schema = self.table_schema
-        mask = prep.masks.get(f.path)
         # Read at least one column, so row counts survive a predicate-only read.
         columns = self._read_columns or schema.names[:1]
         if mask is not None and mask.key_columns() - set(columns):
             columns = [n for n in schema.names if n in set(columns) | mask.key_columns()]
         col_idx = footer.column_indexes(columns)
-        wanted = prep.only_groups.get(f.path)
+        wanted = only_groups.get(f.path)
         groups = []
         for rg, (start, n) in enumerate(zip(footer.group_starts, footer.group_rows,
                                             strict=True)):
@@ -335,7 +334,8 @@ class Scan:
         prep = self._prepare()
         counts = [0, 0, 0]
         tasks = [t for f, footer in zip(prep.kept, self._fetch_footers(prep.kept), strict=True)
-                 if (t := self._task(f, footer, prep, counts)) is not None]
+                 if (t := self._task(f, footer, prep.masks.get(f.path), prep.only_groups,
+                                     counts)) is not None]
         self._plan = ScanPlan(version=self.version, files_total=prep.files_total,
                               files_pruned=prep.files_total - len(prep.kept),
                               row_groups_total=counts[0] + prep.rg_skipped,
@@ -346,34 +346,58 @@ class Scan:
                               row_groups_deleted=counts[2])
         return self._plan
 
+    def _stream_files(self) -> tuple[Iterator[tuple[DataFile, DeletionMask | None]],
+                                     Mapping[str, frozenset[int]]]:
+        """The files to read, in order, each with its deletion mask.  An unfiltered
+        scan of a snapshot streams them segment block by block (masks loaded per
+        file), so its first batch does not wait for every entry to be decoded."""
+        src = self.source
+        if self._plan is None and isinstance(src, Snapshot) and self._bound is None:
+            refs = src.manifest.tombstones
+            named = {p for r in refs for p in r.files}
+            schema = self.table_schema
+
+            def stream() -> Iterator[tuple[DataFile, DeletionMask | None]]:
+                for f in self._io.iter_live_files(src):
+                    if f.row_count == 0:
+                        continue
+                    mask = None
+                    if f.path in named:
+                        mask = load_masks(self._store, self._tombstones, refs, {f.path: f},
+                                          [f.path], schema, complete=False).get(f.path)
+                    yield f, mask
+            return stream(), {}
+        prep = self._prepare()
+        return ((f, prep.masks.get(f.path)) for f in prep.kept), prep.only_groups
+
     def _tasks(self) -> Iterator[FileTask]:
         """The plan's tasks in order; without a finished plan, footers are fetched
         lazily, a bounded window ahead, so the first task needs one footer, not all."""
         if self._plan is not None:
             yield from self._plan.tasks
             return
-        prep = self._prepare()
+        pending, only_groups = self._stream_files()
         counts = [0, 0, 0]
-        pending = iter(prep.kept)
-        window: deque[tuple[DataFile, Future[FooterInfo]]] = deque()
+        window: deque[tuple[DataFile, DeletionMask | None, Future[FooterInfo]]] = deque()
         pool = ThreadPoolExecutor(max_workers=FOOTER_WINDOW, thread_name_prefix="caslake-ftr")
         try:
             def refill() -> None:
                 while len(window) < FOOTER_WINDOW:
-                    f = next(pending, None)
-                    if f is None:
+                    nxt = next(pending, None)
+                    if nxt is None:
                         return
-                    window.append((f, pool.submit(self._footers.get, self._store, f)))
+                    f, mask = nxt
+                    window.append((f, mask, pool.submit(self._footers.get, self._store, f)))
             refill()
             while window:
-                f, fut = window.popleft()
+                f, mask, fut = window.popleft()
                 footer = fut.result()
                 refill()
-                task = self._task(f, footer, prep, counts)
+                task = self._task(f, footer, mask, only_groups, counts)
                 if task is not None:
                     yield task
         finally:
-            for _, fut in window:
+            for _, _, fut in window:
                 fut.cancel()
             pool.shutdown(wait=False, cancel_futures=True)
 
