@@ -61,7 +61,9 @@ def test_scan_where_equals_oracle_through_segments(tmp_path_factory, data: pa.Ta
     with segment_thresholds():
         table = check_scan_where(tmp_path_factory, data, pred, cuts, rg_bytes, store)
     if len({min(c, data.num_rows) for c in cuts} - {0, data.num_rows}) >= 5:
-        assert sum(s.is_object for s in table.snapshot.manifest.segments) >= 2
+        # 6+ files: segment objects (folds may have merged them) of 2+ blocks each
+        held = [s for s in table.snapshot.manifest.segments if s.is_object]
+        assert held and sum(s.file_count for s in held) >= 4
 
 
 def check_scan_where(tmp_path_factory, data: pa.Table, pred: Pred, cuts: list[int],  # type: ignore[no-untyped-def]
