@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,interop]"
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv with caslake and its dev tools
@@ -34,7 +34,7 @@ test: lint typecheck unit ## lint, type checks and every test
 BENCH_STAMP := $(VENV)/.bench-stamp
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet -e ".[dev,bench]"
+	$(PY) -m pip install --quiet -e ".[dev,interop,bench]"
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP) ## benchmarks against peers (installs the bench extra), same data, same run

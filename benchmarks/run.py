@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import core, deletes, metadata
+from benchmarks import core, deletes, metadata, purge
 from benchmarks import dataset as dataset_bench
+from benchmarks import export as export_bench
 from benchmarks import spark as spark_bench
 
 
@@ -14,6 +15,8 @@ def main() -> int:
     core.main(quick=quick)
     deletes.main(quick=quick)
     metadata.main(quick=quick)
+    purge.main(quick=quick)
+    export_bench.main(quick=quick)
     dataset_bench.main(quick=quick)
     spark_bench.main(quick=quick)
     return 0

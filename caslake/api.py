@@ -14,11 +14,19 @@ that owns it.  Nothing below it imports it.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import pyarrow as pa
 
+from caslake.export.delta import export_delta
+from caslake.export.hook import export_on_commit
+from caslake.export.iceberg import export_iceberg
+from caslake.export.result import ExportResult
+from caslake.export.roots import export_roots
+from caslake.expr import Expr
 from caslake.maintenance.compact import compact
 from caslake.maintenance.gc import DEFAULT_RETENTION, GcReport, collect_garbage
+from caslake.maintenance.purge import Progress, PurgeReport, purge
 from caslake.table.runner import CommitResult
 from caslake.table.table import HistoryEntry, TableCore
 from caslake.table.write import WriteOptions
@@ -28,6 +36,12 @@ class Table(TableCore):
     """A handle on a table: see :class:`~caslake.table.table.TableCore` for reads,
     writes, deletes, upserts and transactions."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # ``export.iceberg`` / ``export.delta`` table properties: export each commit.
+        ctx = self.context
+        ctx.on_commit.append(lambda snapshot: export_on_commit(ctx, snapshot))
+
     def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1
                 ) -> CommitResult:
         """Rewrite small files, and files ``deleted_fraction`` or more of whose rows are
@@ -35,12 +49,31 @@ class Table(TableCore):
         return compact(self.context, target_file_size=target_file_size,
                        deleted_fraction=deleted_fraction)
 
+    def purge(self, where: str | Expr, *, dry_run: bool = False, expire: bool = False,
+              progress: Progress | None = None, audit_key: bytes | None = None
+              ) -> PurgeReport:
+        """Physically erase the rows ``where`` matches, by row-group splice, in one
+        version (see :mod:`caslake.maintenance.purge`)."""
+        return purge(self.context, where, dry_run=dry_run, expire=expire, progress=progress,
+                     audit_key=audit_key)
+
     def gc(self, *, retention: timedelta = DEFAULT_RETENTION, dry_run: bool = False,
            now: datetime | None = None, force: bool = False) -> GcReport:
         """Expire versions older than ``retention`` and delete the objects no retained
         version references (see :mod:`caslake.maintenance.gc`)."""
         return collect_garbage(self.context, retention=retention, dry_run=dry_run, now=now,
-                               force=force)
+                               force=force, extra_roots=(export_roots,))
+
+    def export_iceberg(self, version: int | None = None, out: str | None = None,
+                       storage_options: dict[str, str] | None = None) -> ExportResult:
+        """Write Iceberg v2 metadata for ``version`` (latest if None) under
+        ``<out or the table root>/metadata/`` (see :mod:`caslake.export.iceberg`)."""
+        return export_iceberg(self.context, version, out, storage_options)
+
+    def export_delta(self, version: int | None = None) -> ExportResult:
+        """Append a Delta commit to ``_delta_log/`` showing ``version`` (latest if None;
+        see :mod:`caslake.export.delta`)."""
+        return export_delta(self.context, version)
 
 
 def create_table(uri: str, schema: pa.Schema, *, storage_options: dict[str, str] | None = None,

@@ -13,7 +13,9 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
-from caslake.cli import _emit_json, _print_table, _storage_options
+from caslake.cli_common import emit_json as _emit_json
+from caslake.cli_common import print_table as _print_table
+from caslake.cli_common import storage_options as _storage_options
 from caslake.dataset import ParquetDatasetStore
 from caslake.errors import InvalidArgument
 

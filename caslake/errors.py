@@ -55,8 +55,51 @@ class SchemaMismatch(UserInputError):
         self.actual = actual
 
 
+class InputDataError(UserInputError):
+    """A cell of an input file cannot be read as its column's type.
+
+    ``line`` is the 1-based line of the file (the header is line 1), ``column``
+    the column name and ``value`` the text of the cell."""
+
+    def __init__(self, message: str, *, path: str, line: int, column: str,
+                 value: str | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+        self.column = column
+        self.value = value
+
+
+class DuplicateKey(UserInputError):
+    """An upsert's input holds one key more than once (``key``: one such key, by column)."""
+
+    def __init__(self, message: str, *, key: dict[str, object], count: int) -> None:
+        super().__init__(message)
+        self.key = key
+        self.count = count
+
+
+class OptionalDependencyMissing(UserInputError):
+    """A method needs a package that is not installed (``package``: what to install)."""
+
+    def __init__(self, message: str, *, package: str) -> None:
+        super().__init__(message)
+        self.package = package
+
+
 class InvalidPredicate(UserInputError):
     """A ``where`` predicate is malformed or cannot be applied."""
+
+
+class ExportUnsupportedType(UserInputError):
+    """A column's type has no one-to-one counterpart in the export format
+    (Iceberg or Delta); nothing was written.  ``column`` and ``type`` name it."""
+
+    def __init__(self, message: str, *, column: str, type: str, target: str) -> None:
+        super().__init__(message)
+        self.column = column
+        self.type = type
+        self.target = target
 
 
 class UnknownColumn(InvalidPredicate):
@@ -68,6 +111,42 @@ class UnknownColumn(InvalidPredicate):
         )
         self.column = column
         self.available = available
+
+
+class AmbiguousColumn(InvalidPredicate):
+    """A column name matches several columns case-insensitively and none exactly."""
+
+    def __init__(self, column: str, candidates: list[str]) -> None:
+        super().__init__(
+            f"column {column!r} is ambiguous: it matches {', '.join(map(repr, candidates))} "
+            "ignoring case; write the exact name (double-quoted in SQL)"
+        )
+        self.column = column
+        self.candidates = candidates
+
+
+class PredicateSyntaxError(InvalidPredicate):
+    """A SQL ``where`` text does not parse; the message gives the position."""
+
+
+class UnknownFunction(InvalidPredicate):
+    """A predicate calls a function caslake does not evaluate."""
+
+    def __init__(self, name: str, available: list[str]) -> None:
+        super().__init__(
+            f"unknown function {name!r}; supported functions: {', '.join(available)}"
+        )
+        self.function = name
+        self.available = available
+
+
+class UnsupportedExpression(InvalidPredicate):
+    """A predicate uses a SQL construct caslake does not evaluate (named in the message)."""
+
+
+class PredicateEvaluationError(InvalidPredicate):
+    """Evaluating a predicate on the data failed (a CAST that cannot convert a
+    value, an integer overflow in arithmetic); nothing is returned or changed."""
 
 
 # --- table state ------------------------------------------------------------
@@ -201,6 +280,11 @@ class PutOutcomeUnknown(StoreError):
 
 class StoreConfigError(StoreError):
     """The store URI or its options are unusable (bad URI, credentials, bucket)."""
+
+
+class StoreCapabilityUnsupported(StoreError):
+    """The backend does not offer an optional capability (e.g. an S3-compatible endpoint
+    that rejects UploadPartCopy).  Callers fall back to a path without it."""
 
 
 # --- datasets (caslake.dataset, RFC-0008) ----------------------------------------

@@ -29,7 +29,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("caslake.table",),
     ("caslake.maintenance", "caslake.dataset", "caslake.export"),
     ("caslake.api", "caslake"),  # the public facade and the package's re-exports
-    ("caslake.spark", "caslake.cli"),
+    ("caslake.spark", "caslake.cli", "caslake.cli_common", "caslake.cli_dataset",
+     "caslake.cli_input", "caslake.cli_output"),
     ("caslake.demo", "caslake.spark.demo", "caslake.testing"),
 ]
 # Packages of one layer that are peers: each stands on the layers below, never on

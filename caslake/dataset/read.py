@@ -42,9 +42,9 @@ from caslake.expr import (
     BoundExpr,
     Expr,
     compile_where,
+    filter_table,
     might_match,
     referenced_columns,
-    to_arrow,
 )
 from caslake.format.parquet import row_group_stats
 from caslake.store.base import ObjectStore
@@ -282,16 +282,16 @@ def part_batches(dataset_key: str, part: ResolvedPart, pf: pq.ParquetFile,
     ``columns`` (and cast to ``schema``), one row group at a time (bounded memory)."""
     needed = list(columns)
     if bound is not None:
-        needed += [c for c in sorted(referenced_columns(bound.source)) if c not in needed]
-    expr = to_arrow(bound) if bound is not None else None
+        # The bound tree names columns as the schema spells them (a where may say ORIGIN).
+        needed += [c for c in sorted(referenced_columns(bound)) if c not in needed]
     for rg in groups:
         try:
             t = pf.read_row_group(rg, columns=needed)
         except (NotFound, FileNotFoundError, PreconditionFailed, OSError,
                 pa.ArrowException) as exc:
             raise _part_error(dataset_key, part, exc) from None
-        if expr is not None:
-            t = t.filter(expr)
+        if bound is not None:
+            t = filter_table(t, bound)
         t = t.select(list(columns))
         yield from (t.cast(schema) if schema is not None else t).to_batches()
 

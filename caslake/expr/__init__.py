@@ -4,16 +4,23 @@ This package owns everything a ``where`` argument goes through and nothing
 else -- it never reads files, storage or table metadata:
 
 1. build an unbound :class:`Expr` with the Python API (``col("id") > 5``,
-   ``&``, ``|``, ``~``) or :func:`parse_sql` a SQL string;
-2. :func:`bind` it to a ``pyarrow.Schema`` (unknown columns and type errors
-   are raised here) to get a :class:`BoundExpr`;
+   ``col("a") > col("b")``, ``col("t").like("N1%")``, ``func("lower", ...)``,
+   arithmetic, ``&``, ``|``, ``~``) or :func:`parse_sql` a SQL string
+   (parsed by sqlglot);
+2. :func:`bind` it to a ``pyarrow.Schema`` (column names resolve
+   case-insensitively when unambiguous; unknown columns and type errors are
+   raised here) to get a :class:`BoundExpr`;
 3. filter rows exactly with :func:`to_arrow` (a ``pyarrow.compute.Expression``
-   with SQL NULL semantics) and skip files / row groups with
-   :func:`might_match` over :class:`ColumnStats`.
+   with SQL NULL semantics) or :func:`filter_table`, and skip files / row
+   groups with :func:`might_match` over :class:`ColumnStats` (comparisons,
+   IN, BETWEEN, IS NULL and LIKE 'prefix%' prune; everything else is
+   evaluated after reading).
 
 :func:`compile_where` does 1-2 for whatever a caller passed as ``where``.
-Every bad predicate raises :class:`~caslake.errors.InvalidPredicate` (or its
-subclass :class:`~caslake.errors.UnknownColumn`) and nothing else.
+Every bad predicate raises :class:`~caslake.errors.InvalidPredicate` or one of
+its subclasses (``UnknownColumn``, ``AmbiguousColumn``, ``UnknownFunction``,
+``PredicateSyntaxError``, ``UnsupportedExpression``,
+``PredicateEvaluationError``) and nothing else.
 """
 
 from __future__ import annotations
@@ -21,23 +28,29 @@ from __future__ import annotations
 import pyarrow as pa
 
 from caslake.errors import InvalidPredicate
-from caslake.expr.arrow import to_arrow
-from caslake.expr.bind import BoundExpr, bind
+from caslake.expr.arrow import filter_table, is_computed, to_arrow
+from caslake.expr.bind import BoundExpr, bind, resolve_column
 from caslake.expr.nodes import (
     FALSE,
     TRUE,
     And,
+    Arith,
     Between,
+    Cast,
     Column,
     Compare,
     Const,
     Expr,
+    Func,
     In,
     IsNull,
+    Like,
     Literal,
     Not,
     Or,
+    Value,
     col,
+    func,
     lit,
     referenced_columns,
 )
@@ -48,25 +61,34 @@ __all__ = [
     "FALSE",
     "TRUE",
     "And",
+    "Arith",
     "Between",
     "BoundExpr",
+    "Cast",
     "Column",
     "ColumnStats",
     "Compare",
     "Const",
     "Expr",
+    "Func",
     "In",
     "IsNull",
+    "Like",
     "Literal",
     "Not",
     "Or",
+    "Value",
     "bind",
     "col",
     "compile_where",
+    "filter_table",
+    "func",
+    "is_computed",
     "lit",
     "might_match",
     "parse_sql",
     "referenced_columns",
+    "resolve_column",
     "to_arrow",
 ]
 
@@ -91,8 +113,8 @@ def compile_where(where: str | Expr | BoundExpr | None, schema: pa.Schema) -> Bo
         return bind(where, schema)
     hint = ""
     if isinstance(where, bool):
-        hint = (" (did you compare two columns, or use 'and'/'or' instead of "
-                "'&'/'|' between predicates?)")
+        hint = (" (did you compare two columns with ==/!= -- use .eq()/.ne() -- or use "
+                "'and'/'or' instead of '&'/'|' between predicates?)")
     raise InvalidPredicate(
         f"where must be a SQL string, a caslake.expr expression or None; "
         f"got {type(where).__name__}{hint}"

@@ -12,8 +12,13 @@ by row, exactly the SQL value of the predicate -- TRUE, FALSE or NULL -- so
 It relies on Arrow's comparison kernels (which propagate NULL and follow IEEE
 for NaN), ``and_kleene``/``or_kleene``/``invert`` (Kleene logic), and fixes the
 two places where Arrow is not SQL: ``is_in`` returns FALSE (not NULL) for a
-NULL input, and it tells ``0.0`` from ``-0.0``.  It never reads data, never
-re-checks types (binding did) and never raises for a :class:`BoundExpr`.
+NULL input, and it tells ``0.0`` from ``-0.0``.  Computed values (functions,
+arithmetic, CAST) come from :mod:`caslake.expr.functions`; LIKE patterns are
+rewritten for ``match_like``.  It never reads data, never re-checks types
+(binding did) and never raises for a :class:`BoundExpr`; a computed value can
+still fail on the data (a CAST that cannot convert), which callers evaluating
+through :func:`filter_table` see as
+:class:`~caslake.errors.PredicateEvaluationError`.
 """
 
 from __future__ import annotations
@@ -24,11 +29,25 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from caslake.errors import InvalidPredicate
+from caslake.errors import InvalidPredicate, PredicateEvaluationError
 from caslake.expr.bind import BoundExpr, is_float_type
-from caslake.expr.nodes import And, Compare, Const, Expr, In, IsNull, Not, Or
+from caslake.expr.functions import ValueBuilder, arrow_like_pattern, literal_scalar
+from caslake.expr.nodes import (
+    And,
+    Column,
+    Compare,
+    Const,
+    Expr,
+    In,
+    IsNull,
+    Like,
+    Literal,
+    Not,
+    Or,
+    Value,
+)
 
-__all__ = ["to_arrow"]
+__all__ = ["filter_table", "is_computed", "to_arrow"]
 
 _COMPARE: Final[dict[str, Callable[..., Any]]] = {
     "=": pc.equal,
@@ -44,19 +63,21 @@ def _null_bool() -> pc.Expression:
     return pc.scalar(pa.scalar(None, type=pa.bool_()))  # type: ignore[arg-type]
 
 
-def _null_if_null(column: str, value: pc.Expression) -> pc.Expression:
-    """``value``, except NULL on rows where ``column`` is NULL."""
-    result: pc.Expression = pc.if_else(pc.is_null(pc.field(column)), _null_bool(), value)
-    return result
+def _null_if_null(value: Any, result: Any) -> pc.Expression:
+    """``result``, except NULL on rows where ``value`` is NULL."""
+    out: pc.Expression = pc.if_else(pc.is_null(value), _null_bool(), result)
+    return out
 
 
 class _Translator:
     def __init__(self, bound: BoundExpr) -> None:
         self.schema = bound.schema
+        self.values = ValueBuilder(bound.schema, for_filter=True)
 
-    def scalar(self, column: str, value: object) -> pa.Scalar[Any]:
-        result: pa.Scalar[Any] = pa.scalar(value, type=self.schema.field(column).type)
-        return result
+    def value(self, node: Value) -> tuple[Any, pa.DataType]:
+        if isinstance(node, Column):  # the common case, without the builder
+            return pc.field(node.name), self.schema.field(node.name).type
+        return self.values.build(node)
 
     def visit(self, node: Expr) -> pc.Expression:
         result: pc.Expression
@@ -67,30 +88,37 @@ class _Translator:
         elif isinstance(node, Not):
             result = pc.invert(self.visit(node.expr))
         elif isinstance(node, Compare):
-            name = node.left.name
-            result = _COMPARE[node.op](pc.field(name), self.scalar(name, node.right.value))
+            left, left_type = self.value(node.left)
+            if isinstance(node.right, Literal):
+                right: Any = literal_scalar(node.right.value, left_type)
+            else:
+                right = self.value(node.right)[0]
+            result = _COMPARE[node.op](left, right)
         elif isinstance(node, In):
             result = self.isin(node)
         elif isinstance(node, IsNull):
-            result = pc.is_null(pc.field(node.column.name))
+            result = pc.is_null(self.value(node.column)[0])
+        elif isinstance(node, Like):
+            result = pc.match_like(self.value(node.column)[0],
+                                   pattern=arrow_like_pattern(node.pattern, node.escape),
+                                   ignore_case=node.case_insensitive)
         elif isinstance(node, Const):
             result = pc.scalar(node.value)
             if node.unless_null is not None:
-                result = _null_if_null(node.unless_null.name, result)
+                result = _null_if_null(self.value(node.unless_null)[0], result)
         else:
             raise InvalidPredicate(f"not a bound predicate node: {type(node).__name__}")
         return result
 
     def isin(self, node: In) -> pc.Expression:
-        name = node.column.name
-        arrow_type = self.schema.field(name).type
+        value, arrow_type = self.value(node.column)
         values: list[object] = [literal.value for literal in node.values]
         if is_float_type(arrow_type) and 0.0 in values:
             # Arrow's hash lookup treats 0.0 and -0.0 as different; SQL does not.
             values.extend([0.0, -0.0])
         value_set = pa.array(values, type=arrow_type)
-        found: pc.Expression = pc.is_in(pc.field(name), value_set=value_set)
-        return _null_if_null(name, found)
+        found: pc.Expression = pc.is_in(value, value_set=value_set)
+        return _null_if_null(value, found)
 
 
 def to_arrow(bound: BoundExpr) -> pc.Expression:
@@ -100,3 +128,43 @@ def to_arrow(bound: BoundExpr) -> pc.Expression:
             f"to_arrow needs a bound predicate (see caslake.expr.bind), got {type(bound).__name__}"
         )
     return _Translator(bound).visit(bound.expr)
+
+
+def is_computed(bound: BoundExpr) -> bool:
+    """True when some leaf is not a simple column-vs-literal test, i.e. the
+    predicate computes values (and may fail on data, e.g. a CAST)."""
+    stack: list[Expr] = [bound.expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (And, Or)):
+            stack.extend((node.left, node.right))
+        elif isinstance(node, Not):
+            stack.append(node.expr)
+        elif isinstance(node, Like):
+            return True
+        elif isinstance(node, Compare):
+            if not (isinstance(node.left, Column) and isinstance(node.right, Literal)):
+                return True
+        elif isinstance(node, (In, IsNull)):
+            if not isinstance(node.column, Column):
+                return True
+        elif isinstance(node, Const) and node.unless_null is not None \
+                and not isinstance(node.unless_null, Column):
+            return True
+    return False
+
+
+def filter_table(table: pa.Table, bound: BoundExpr) -> pa.Table:
+    """The rows of ``table`` where ``bound`` is TRUE.
+
+    A failure while computing values on the data (a CAST of text that is not
+    a number, an integer overflow) raises
+    :class:`~caslake.errors.PredicateEvaluationError`, never a pyarrow error.
+    """
+    expr = to_arrow(bound)
+    try:
+        return table.filter(expr)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise PredicateEvaluationError(
+            f"evaluating where {bound} failed: {str(exc).splitlines()[0][:200]}"
+        ) from None

@@ -7,6 +7,11 @@ an *exactly* equivalent predicate.  It never reads data or statistics and
 never raises anything but :class:`~caslake.errors.InvalidPredicate` (or its
 subclass :class:`~caslake.errors.UnknownColumn`) for a bad predicate.
 
+Columns resolve as in Spark and DuckDB: an exact name wins, else a unique
+case-insensitive match; several case-insensitive matches raise
+:class:`~caslake.errors.AmbiguousColumn`.  The bound tree uses the schema's
+spelling.
+
 Representation
 --------------
 :func:`bind` returns a :class:`BoundExpr`: the schema it was bound against, the
@@ -16,9 +21,19 @@ evaluators (:mod:`~caslake.expr.arrow`, :mod:`~caslake.expr.prune`) have few
 cases and no type questions left.  It has exactly the SQL value (TRUE, FALSE
 or NULL, row by row) of the source predicate, and:
 
-* uses only :class:`Compare`, :class:`In`, :class:`IsNull`, :class:`Not`,
-  :class:`And`, :class:`Or` and :class:`Const` -- ``BETWEEN`` becomes
-  ``>= AND <=``;
+* uses only :class:`Compare`, :class:`In`, :class:`IsNull`, :class:`Like`,
+  :class:`Not`, :class:`And`, :class:`Or` and :class:`Const` -- ``BETWEEN``
+  becomes ``>= AND <=``;
+* a leaf is *simple* when its tested value is a :class:`Column` and the other
+  side a literal (``Compare(col, Literal)``, ``In(col, ...)``,
+  ``IsNull(col)``): only simple leaves are pruned with statistics.  Any other
+  leaf is *computed* -- column against column, arithmetic, functions, CAST,
+  LIKE -- and is evaluated exactly after reading; a literal compared with a
+  computed value is placed in that value's Arrow type the same way as with a
+  column;
+* ``LIKE 'abc%...'`` (case-sensitive, with a literal prefix) gains the range
+  ``>= 'abc' AND < 'abd'``, which prunes; ``LIKE 'abc%'`` is only the range
+  and ``LIKE 'abc'`` is ``= 'abc'``;
 * is in negation normal form: ``Not`` wraps only a leaf -- ``Not(IsNull)`` (IS
   NOT NULL), ``Not(In)`` (NOT IN), or ``Not(Compare)`` with an ordering operator
   on a *float* column (where ``NOT x < 5`` is not ``x >= 5``: it also holds for
@@ -38,7 +53,11 @@ or NULL, row by row) of the source predicate, and:
 
 Literal rules
 -------------
-* Integer columns take integers and floats; floats take integers and floats.
+* Integer columns take integers, decimals and floats; floats take integers,
+  floats and decimals (a decimal literal becomes the nearest float, as a cast
+  in DuckDB does); decimal columns take integers, decimals and floats (a
+  Python float stands for its shortest decimal spelling, ``0.05``), compared
+  exactly -- never through float.
   Comparisons are exact in mathematical value: ``id < 1.5`` is ``id <= 1``,
   ``id = 1.5`` never holds, ``f = 9007199254740993`` on a float64 column never
   holds.  Booleans and strings are not numbers.
@@ -54,6 +73,9 @@ Literal rules
   dropped.  Tz-aware literals compared with date columns are converted the
   same way.
 * binary and every other type support IS NULL / IS NOT NULL only.
+* two non-literal values compare when both are numbers (Arrow's implicit
+  casts widen them) or both have the same kind (string, bool, date,
+  timestamp).
 """
 
 from __future__ import annotations
@@ -61,38 +83,52 @@ from __future__ import annotations
 import math
 import struct
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from decimal import ROUND_FLOOR, Context, Decimal
 from fractions import Fraction
 from typing import Any, Final, cast
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from caslake.errors import InvalidArgument, InvalidPredicate, UnknownColumn
+from caslake.errors import AmbiguousColumn, InvalidArgument, InvalidPredicate, UnknownColumn
 from caslake.expr._iso import parse_date, parse_timestamp
+from caslake.expr.functions import (
+    ValueBuilder,
+    describe_typed,
+    literal_type,
+    match_like_literal,
+    type_family,
+)
 from caslake.expr.nodes import (
     FALSE,
     TRUE,
     And,
+    Arith,
     Between,
+    Cast,
     Column,
     Compare,
     Const,
     Expr,
+    Func,
     In,
     IsNull,
+    Like,
     Literal,
     LiteralValue,
     Not,
     Or,
+    Value,
     describe_value,
     iter_chain,
     referenced_columns,
     to_sql,
 )
 
-__all__ = ["BoundExpr", "bind", "is_float_type"]
+__all__ = ["BoundExpr", "bind", "is_float_type", "resolve_column", "string_successor"]
 
 _NEGATE_OP: Final[dict[str, str]] = {
     "=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<",
@@ -199,7 +235,7 @@ def _int_bounds(arrow_type: pa.DataType) -> tuple[int, int]:
 
 
 def _place_int(value: LiteralValue, arrow_type: pa.DataType) -> _Placement:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
         raise _Mismatch("integer columns compare with numbers")
     low, high = _int_bounds(arrow_type)
     if isinstance(value, float):
@@ -207,14 +243,16 @@ def _place_int(value: LiteralValue, arrow_type: pa.DataType) -> _Placement:
             return _NAN
         if math.isinf(value):
             return _ABOVE if value > 0 else _BELOW
-        if not value.is_integer():
-            floor = math.floor(value)
+    if not isinstance(value, int):
+        exact = Fraction(value)
+        if exact.denominator != 1:
+            floor = math.floor(exact)
             if floor < low:
                 return _BELOW
             if floor >= high:
                 return _ABOVE
             return _Gap(floor)
-        value = int(value)
+        value = int(exact)
     if value < low:
         return _BELOW
     if value > high:
@@ -238,8 +276,19 @@ def _f32_below(value: float) -> float:
 
 
 def _place_float(value: LiteralValue, arrow_type: pa.DataType) -> _Placement:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
         raise _Mismatch("float columns compare with numbers")
+    if isinstance(value, Decimal):
+        # A decimal literal next to a float column is cast to the column's type
+        # (as DuckDB does), so ``f = 0.1`` holds for the float nearest 0.1.
+        try:
+            value = float(value)
+        except OverflowError:
+            return _ABOVE if value > 0 else _BELOW
+        if math.isinf(value):
+            return _ABOVE if value > 0 else _BELOW
+        if pa.types.is_float32(arrow_type) and abs(value) <= _F32_MAX:
+            value = _f32(value)
     if isinstance(value, float):
         if math.isnan(value):
             return _NAN
@@ -326,6 +375,33 @@ def _place_timestamp(value: LiteralValue, arrow_type: pa.DataType) -> _Placement
     return _Gap(epoch + timedelta(microseconds=whole * micros_per_tick))
 
 
+_DECIMAL_CONTEXT: Final = Context(prec=400, Emax=999_999, Emin=-999_999)
+
+
+def _place_decimal(value: LiteralValue, arrow_type: pa.DataType) -> _Placement:
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise _Mismatch("decimal columns compare with numbers")
+    if isinstance(value, float):
+        if math.isnan(value):
+            return _NAN
+        if math.isinf(value):
+            return _ABOVE if value > 0 else _BELOW
+        # A Python float stands for its shortest decimal spelling: 0.05 is 0.05.
+        value = Decimal(repr(value))
+    exact = Decimal(value)
+    dec_type = cast(pa.Decimal128Type, arrow_type)
+    quantum = Decimal(1).scaleb(-dec_type.scale)
+    top = (Decimal(10) ** dec_type.precision - 1).scaleb(-dec_type.scale)
+    if exact > top:
+        return _ABOVE
+    if exact < -top:
+        return _BELOW
+    floor = exact.quantize(quantum, rounding=ROUND_FLOOR, context=_DECIMAL_CONTEXT)
+    if floor == exact:
+        return _Exact(floor)
+    return _Gap(floor)
+
+
 def _place_bool(value: LiteralValue, arrow_type: pa.DataType) -> _Placement:
     if not isinstance(value, bool):
         raise _Mismatch("boolean columns compare with TRUE or FALSE")
@@ -359,6 +435,8 @@ def _placer(arrow_type: pa.DataType) -> _Placer | None:
         return _place_date
     if types.is_timestamp(arrow_type):
         return _place_timestamp
+    if types.is_decimal(arrow_type):
+        return _place_decimal
     return None
 
 
@@ -372,27 +450,103 @@ def _balanced(kind: type[And] | type[Or], items: Sequence[Expr]) -> Expr:
     return kind(_balanced(kind, items[:middle]), _balanced(kind, items[middle:]))
 
 
+def resolve_column(name: str, names: Sequence[str]) -> str:
+    """The schema's name for column ``name``, as Spark and DuckDB resolve it.
+
+    An exact match wins; otherwise a unique case-insensitive match.  Raises
+    :class:`~caslake.errors.UnknownColumn` when nothing matches and
+    :class:`~caslake.errors.AmbiguousColumn` when several columns match
+    ignoring case (or the schema repeats the exact name).
+    """
+    exact = sum(1 for n in names if n == name)
+    if exact == 1:
+        return name
+    if exact > 1:
+        raise AmbiguousColumn(name, [name] * exact)
+    folded = name.casefold()
+    matches = [n for n in names if n.casefold() == folded]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UnknownColumn(name, list(names))
+    raise AmbiguousColumn(name, matches)
+
+
+def _like_prefix(pattern: str, escape: str | None) -> tuple[str, str]:
+    """(the literal text before the first wildcard, the rest of the pattern)."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if escape is not None and ch == escape and i + 1 < len(pattern):
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if ch in "%_":
+            break
+        out.append(ch)
+        i += 1
+    return "".join(out), pattern[i:]
+
+
+def string_successor(prefix: str) -> str | None:
+    """The smallest string above every string that starts with ``prefix``
+    (None if there is none): the exclusive end of LIKE 'prefix%' as a range.
+    Code point order is UTF-8 byte order, which is how Arrow and Parquet
+    order strings."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars[-1]) + 1
+        if code > 0x10FFFF:
+            chars.pop()
+            continue
+        if 0xD800 <= code <= 0xDFFF:  # surrogates are not characters
+            code = 0xE000
+        chars[-1] = chr(code)
+        return "".join(chars)
+    return None
+
+
 class _Binder:
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
+        self.names = list(schema.names)
+        self.values = ValueBuilder(schema, for_filter=False)
 
-    def field(self, column: Column) -> pa.Field[Any]:
-        name = column.name
-        count = self.schema.names.count(name)
-        if count == 0:
-            raise UnknownColumn(name, list(self.schema.names))
-        if count > 1:
-            raise InvalidPredicate(
-                f"column {name!r} is ambiguous: the schema has {count} columns with that name"
-            )
-        return self.schema.field(name)
+    def resolve(self, column: Column) -> tuple[Column, pa.DataType]:
+        name = resolve_column(column.name, self.names)
+        resolved = column if name == column.name else Column(name)
+        return resolved, self.schema.field(name).type
 
-    def placement(self, column: Column, arrow_type: pa.DataType, literal: Literal,
+    def resolve_inside(self, value: Value) -> Value:
+        """``value`` with every column renamed to its schema name."""
+        if isinstance(value, Column):
+            return self.resolve(value)[0]
+        if isinstance(value, Func):
+            return Func(value.name, tuple(self.resolve_inside(a) for a in value.args))
+        if isinstance(value, Arith):
+            return Arith(value.op, self.resolve_inside(value.left),
+                         self.resolve_inside(value.right))
+        if isinstance(value, Cast):
+            return Cast(self.resolve_inside(value.value), value.to)
+        return value
+
+    def bind_value(self, value: Value) -> tuple[Value, pa.DataType]:
+        """The resolved value and its Arrow type (type errors raise here)."""
+        if isinstance(value, Column):
+            return self.resolve(value)
+        if isinstance(value, Literal):
+            return value, literal_type(value.value)
+        resolved = self.resolve_inside(value)
+        return resolved, self.values.build(resolved)[1]
+
+    def placement(self, value: Value, arrow_type: pa.DataType, literal: Literal,
                   what: str) -> _Placement:
         placer = _placer(arrow_type)
+        shown = f"column {value.name!r}" if isinstance(value, Column) else f"{value}"
         if placer is None:
             raise InvalidPredicate(
-                f"column {column.name!r} of type {arrow_type} supports only IS NULL and "
+                f"{shown} of type {arrow_type} supports only IS NULL and "
                 f"IS NOT NULL, not {what}"
             )
         try:
@@ -400,7 +554,7 @@ class _Binder:
         except _Mismatch as exc:
             hint = f": {exc.hint}" if exc.hint else ""
             raise InvalidPredicate(
-                f"cannot compare column {column.name!r} of type {arrow_type} with "
+                f"cannot compare {shown} of type {arrow_type} with "
                 f"{describe_value(literal.value)}{hint}"
             ) from None
 
@@ -410,9 +564,10 @@ class _Binder:
         if isinstance(expr, (And, Or)):
             return self.bind_chain(expr, negate)
         if isinstance(expr, Const):
+            guard = None
             if expr.unless_null is not None:
-                self.field(expr.unless_null)
-            return Const(expr.value != negate, expr.unless_null)
+                guard = self.bind_value(expr.unless_null)[0]
+            return Const(expr.value != negate, guard)
         if isinstance(expr, Compare):
             return self.bind_compare(expr.op, expr.left, expr.right, negate)
         if isinstance(expr, Between):
@@ -421,8 +576,12 @@ class _Binder:
         if isinstance(expr, In):
             return self.bind_in(expr, negate)
         if isinstance(expr, IsNull):
-            self.field(expr.column)
-            return Not(IsNull(expr.column)) if negate else IsNull(expr.column)
+            if isinstance(expr.column, Literal):
+                return Const((expr.column.value is None) != negate)
+            value = self.bind_value(expr.column)[0]
+            return Not(IsNull(value)) if negate else IsNull(value)
+        if isinstance(expr, Like):
+            return self.bind_like(expr, negate)
         raise InvalidPredicate(f"not a predicate node: {type(expr).__name__}")
 
     def bind_chain(self, expr: And | Or, negate: bool) -> Expr:
@@ -431,61 +590,111 @@ class _Binder:
         kind: type[And] | type[Or] = source_kind
         if negate:
             kind = Or if source_kind is And else And
+        return self.combine(kind, (self.bind(operand, negate)
+                                   for operand in iter_chain(expr, source_kind)))
+
+    def combine(self, kind: type[And] | type[Or], bound: Iterable[Expr]) -> Expr:
+        """Fold constants out of already-bound operands and balance the chain."""
         absorbing = FALSE if kind is And else TRUE
         neutral = TRUE if kind is And else FALSE
         items: list[Expr] = []
-        for operand in iter_chain(expr, source_kind):
-            bound = self.bind(operand, negate)
-            if bound == absorbing:
+        for operand in bound:
+            if operand == absorbing:
                 return absorbing
-            if bound == neutral:
+            if operand == neutral:
                 continue
-            items.extend(iter_chain(bound, kind))
+            items.extend(iter_chain(operand, kind))
         if not items:
             return neutral
         return _balanced(kind, items)
 
-    def compare_leaf(self, op: str, column: Column, value: LiteralValue,
-                     float_column: bool, negate: bool) -> Expr:
+    def compare_leaf(self, op: str, left: Value, right: Value,
+                     float_compare: bool, negate: bool) -> Expr:
         if negate:
-            if float_column and op in _ORDERING_OPS:
-                return Not(Compare(op, column, Literal(value)))
+            if float_compare and op in _ORDERING_OPS:
+                return Not(Compare(op, left, right))
             op = _NEGATE_OP[op]
-        return Compare(op, column, Literal(value))
+        return Compare(op, left, right)
 
-    def bind_compare(self, op: str, column: Column, literal: Literal, negate: bool) -> Expr:
-        arrow_type = self.field(column).type
-        place = self.placement(column, arrow_type, literal, f"{op} {describe_value(literal.value)}")
+    def bind_compare(self, op: str, left: Value, right: Value, negate: bool) -> Expr:
+        if isinstance(left, Literal) and isinstance(right, Literal):
+            return self.fold_compare(op, left, right, negate)
+        if isinstance(right, Literal):
+            value, arrow_type = self.bind_value(left)
+            return self.compare_literal(op, value, arrow_type, right, negate)
+        (lv, lt), (rv, rt) = self.bind_value(left), self.bind_value(right)
+        families = {type_family(lt), type_family(rt)}
+        comparable = len(families) == 1 or families <= {"int", "float", "decimal"}
+        if comparable and "other" not in families:
+            try:
+                pc.equal(pa.array([], type=lt), pa.array([], type=rt))
+            except (pa.ArrowException, TypeError):
+                comparable = False
+        if not comparable:
+            raise InvalidPredicate(
+                f"cannot compare {describe_typed(lv, lt)} with {describe_typed(rv, rt)}"
+            )
+        return self.compare_leaf(op, lv, rv, "float" in families, negate)
+
+    def fold_compare(self, op: str, left: Literal, right: Literal, negate: bool) -> Expr:
+        """Two literals: the comparison is a constant (``1 = 1``)."""
+        arrow_type = literal_type(left.value)
+        place = self.placement(left, arrow_type, right, f"{op} {describe_value(right.value)}")
+        x: Any = left.value
+        if isinstance(x, datetime) and x.tzinfo is not None:
+            x = x.astimezone(UTC)
+        if isinstance(place, _Exact):
+            holds = _COMPARE_PY[op](x, place.value)
+        elif place is _NAN:
+            holds = op == "!="
+        elif place is _BELOW or place is _ABOVE:
+            holds = op == "!=" or (op in (">", ">=") if place is _BELOW else op in ("<", "<="))
+        else:
+            assert isinstance(place, _Gap)
+            if op in ("=", "!="):
+                holds = op == "!="
+            else:
+                holds = bool(x <= place.lo) if op in ("<", "<=") else bool(x > place.lo)
+        return Const(bool(holds) != negate)
+
+    def compare_literal(self, op: str, value: Value, arrow_type: pa.DataType,
+                        literal: Literal, negate: bool) -> Expr:
+        place = self.placement(value, arrow_type, literal, f"{op} {describe_value(literal.value)}")
+        return self.compare_placed(op, value, arrow_type, place, negate)
+
+    def compare_placed(self, op: str, value: Value, arrow_type: pa.DataType,
+                       place: _Placement, negate: bool) -> Expr:
         float_column = is_float_type(arrow_type)
         if isinstance(place, _Exact):
-            return self.compare_leaf(op, column, place.value, float_column, negate)
+            return self.compare_leaf(op, value, Literal(place.value), float_column, negate)
         if place is _NAN:
             # IEEE: only != holds for NaN; NULL rows stay NULL.
-            return Const((op == "!=") != negate, column)
+            return Const((op == "!=") != negate, value)
         if place is _BELOW or place is _ABOVE:
             # Every non-null value is above (or below) the literal.
             holds = op == "!=" or (
                 op in (">", ">=") if place is _BELOW else op in ("<", "<=")
             )
-            return Const(holds != negate, column)
+            return Const(holds != negate, value)
         assert isinstance(place, _Gap)
         # No domain value lies strictly between lo and the literal.
         if op == "=":
-            return Const(negate, column)
+            return Const(negate, value)
         if op == "!=":
-            return Const(not negate, column)
+            return Const(not negate, value)
         gap_op = "<=" if op in ("<", "<=") else ">"
-        return self.compare_leaf(gap_op, column, place.lo, float_column, negate)
+        return self.compare_leaf(gap_op, value, Literal(place.lo), float_column, negate)
 
     def bind_in(self, expr: In, negate: bool) -> Expr:
-        column = expr.column
         if not expr.values:
             return Const(negate)  # x IN () matches nothing, NULL or not
-        arrow_type = self.field(column).type
+        if isinstance(expr.column, Literal):
+            return self.bind(_any_equal(expr), negate)
+        value, arrow_type = self.bind_value(expr.column)
         kept: list[LiteralValue] = []
         seen: set[Literal] = set()
         for literal in expr.values:
-            place = self.placement(column, arrow_type, literal, "IN")
+            place = self.placement(value, arrow_type, literal, "IN")
             if not isinstance(place, _Exact):
                 continue  # x = v cannot hold for this v
             key = Literal(place.value)  # 0.0 and -0.0 are one key
@@ -494,11 +703,57 @@ class _Binder:
             seen.add(key)
             kept.append(place.value)
         if not kept:
-            return Const(negate, column)
+            return Const(negate, value)
         if len(kept) == 1:
-            return self.compare_leaf("=", column, kept[0], is_float_type(arrow_type), negate)
-        in_expr = In(column, tuple(Literal(v) for v in kept))
+            return self.compare_leaf("=", value, Literal(kept[0]), is_float_type(arrow_type),
+                                     negate)
+        in_expr = In(value, tuple(Literal(v) for v in kept))
         return Not(in_expr) if negate else in_expr
+
+    def bind_like(self, expr: Like, negate: bool) -> Expr:
+        value, arrow_type = self.bind_value(expr.column)
+        word = "ILIKE" if expr.case_insensitive else "LIKE"
+        if type_family(arrow_type) != "string":
+            raise InvalidPredicate(
+                f"{word} needs a string, got {describe_typed(value, arrow_type)}"
+            )
+        like = Like(value, expr.pattern, expr.escape, expr.case_insensitive)
+        if isinstance(value, Literal):
+            matched = match_like_literal(like)
+            return Const(matched != negate)
+        parts: list[Expr] = []
+        keep_like = True
+        if not expr.case_insensitive:
+            prefix, rest = _like_prefix(expr.pattern, expr.escape)
+            if not rest:  # no wildcard at all: plain equality
+                return self.compare_literal("=", value, arrow_type, Literal(prefix), negate)
+            if prefix:
+                # Every match lies in [prefix, successor): a range statistics prune.
+                parts.append(self.compare_literal(">=", value, arrow_type, Literal(prefix),
+                                                  negate))
+                successor = string_successor(prefix)
+                if successor is not None:
+                    parts.append(self.compare_literal("<", value, arrow_type,
+                                                      Literal(successor), negate))
+                keep_like = set(rest) != {"%"}  # 'prefix%' is exactly the range
+        if keep_like:
+            parts.append(Not(like) if negate else like)
+        return self.combine(Or if negate else And, parts)
+
+
+def _any_equal(expr: In) -> Expr:
+    """``v IN (a, b)`` as ``v = a OR v = b`` (for a literal ``v``)."""
+    out: Expr = Compare("=", expr.column, expr.values[0])
+    for literal in expr.values[1:]:
+        out = Or(out, Compare("=", expr.column, literal))
+    return out
+
+
+_COMPARE_PY: Final[dict[str, Callable[[Any, Any], bool]]] = {
+    "=": lambda a, b: bool(a == b), "!=": lambda a, b: bool(a != b),
+    "<": lambda a, b: bool(a < b), "<=": lambda a, b: bool(a <= b),
+    ">": lambda a, b: bool(a > b), ">=": lambda a, b: bool(a >= b),
+}
 
 
 def bind(expr: Expr, schema: pa.Schema) -> BoundExpr:

@@ -8,23 +8,31 @@ Nodes are immutable (frozen dataclasses) and know nothing about a schema:
 ``col("id") > "abc"`` is a perfectly good tree until it is bound.  Two kinds of
 classes live here:
 
-* operands -- :class:`Column` and :class:`Literal`.  They are *not* predicates
-  and cannot be combined with ``&``/``|``/``~``;
+* values (:class:`Value`) -- :class:`Column`, :class:`Literal`, scalar
+  function calls :class:`Func`, arithmetic :class:`Arith` and :class:`Cast`.
+  They are *not* predicates and cannot be combined with ``&``/``|``/``~``;
 * predicates -- subclasses of :class:`Expr`: :class:`Compare`,
-  :class:`Between`, :class:`In`, :class:`IsNull`, :class:`Not`, :class:`And`,
-  :class:`Or` and :class:`Const` (:data:`TRUE`, :data:`FALSE`).
+  :class:`Between`, :class:`In`, :class:`IsNull`, :class:`Like`,
+  :class:`Not`, :class:`And`, :class:`Or` and :class:`Const`
+  (:data:`TRUE`, :data:`FALSE`).
 
 Rules this module must never break:
 
 * construction never raises anything but
-  :class:`~caslake.errors.InvalidPredicate` for bad input;
-* a :class:`Compare` always has the column on the left (``5 < col("a")`` is
-  stored as ``a > 5``) and one of the six canonical operators;
-* a comparison, ``BETWEEN`` bound or ``IN`` value is never NULL -- comparing
-  with NULL is never true in SQL and is rejected with a hint to use IS NULL;
+  :class:`~caslake.errors.InvalidPredicate` (or a subclass) for bad input;
+* a :class:`Compare` never has a literal on the left when the right side is
+  not a literal (``5 < col("a")`` is stored as ``a > 5``) and always one of
+  the six canonical operators;
+* a comparison operand, ``BETWEEN`` bound or ``IN`` value is never the NULL
+  literal -- comparing with NULL is never true in SQL and is rejected with a
+  hint to use IS NULL;
 * a predicate is never silently turned into a Python ``bool``: ``bool(expr)``
   raises, so ``a > 1 and b < 2`` or ``1 < col("a") < 5`` fail loudly instead
   of dropping half of the condition.  Callers test ``where is None``.
+* ``==`` / ``!=`` between two non-literal values (``col("a") == col("b")``)
+  is structural equality and gives a ``bool``, so trees compare; build a
+  value-to-value equality with :meth:`Value.eq` / :meth:`Value.ne`.
+  ``<``, ``<=``, ``>``, ``>=`` always build predicates;
 * nothing here touches pyarrow, storage or schemas.
 """
 
@@ -34,34 +42,44 @@ import math
 import operator
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Final, SupportsIndex, cast, overload
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final, SupportsIndex, cast, overload
 
-from caslake.errors import InvalidPredicate
+from caslake.errors import InvalidPredicate, UnknownFunction
 
 if TYPE_CHECKING:
     from caslake.expr.bind import BoundExpr
 
 __all__ = [
+    "ARITH_OPS",
     "COMPARE_OPS",
     "FALSE",
+    "FUNCTIONS",
     "RESERVED_WORDS",
     "TRUE",
     "And",
+    "Arith",
     "Between",
+    "Cast",
     "Column",
     "Compare",
     "Const",
     "Expr",
+    "Func",
     "In",
     "IsNull",
+    "Like",
     "Literal",
     "LiteralValue",
     "Not",
     "Or",
+    "Value",
+    "canonical_type_name",
     "col",
     "describe_value",
+    "func",
     "iter_chain",
     "lit",
     "quote_identifier",
@@ -71,10 +89,12 @@ __all__ = [
 ]
 
 #: Python values a :class:`Literal` may hold.
-LiteralValue = None | bool | int | float | str | date | datetime
+LiteralValue = None | bool | int | float | Decimal | str | date | datetime
 
 #: The canonical comparison operators.
 COMPARE_OPS: Final = frozenset({"=", "!=", "<", "<=", ">", ">="})
+#: The arithmetic operators (``/`` is always a floating-point division).
+ARITH_OPS: Final = frozenset({"+", "-", "*", "/"})
 
 _OP_ALIASES: Final[dict[str, str]] = {"==": "=", "<>": "!="}
 #: ``a op b`` is ``b FLIP[op] a``.
@@ -82,14 +102,71 @@ FLIP_OP: Final[dict[str, str]] = {
     "=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<=",
 }
 
+#: Scalar functions: canonical name -> (fewest, most) arguments.  What each
+#: computes is defined in :mod:`caslake.expr.functions`.
+FUNCTIONS: Final[dict[str, tuple[int, int]]] = {
+    "lower": (1, 1), "upper": (1, 1), "length": (1, 1), "substr": (2, 3),
+    "trim": (1, 1), "ltrim": (1, 1), "rtrim": (1, 1), "abs": (1, 1),
+    "coalesce": (1, 64), "date": (1, 1), "year": (1, 1), "month": (1, 1),
+    "day": (1, 1), "hour": (1, 1), "minute": (1, 1), "second": (1, 1),
+    "negate": (1, 1),
+}
+_FUNCTION_ALIASES: Final[dict[str, str]] = {
+    "substring": "substr", "char_length": "length", "character_length": "length",
+    "len": "length", "dayofmonth": "day", "to_date": "date",
+}
+
+#: Type names CAST accepts (upper case) -> canonical spelling.
+_CAST_TYPES: Final[dict[str, str]] = {
+    "TINYINT": "TINYINT", "INT1": "TINYINT", "SMALLINT": "SMALLINT", "INT2": "SMALLINT",
+    "INT": "INTEGER", "INTEGER": "INTEGER", "INT4": "INTEGER", "BIGINT": "BIGINT",
+    "INT8": "BIGINT", "LONG": "BIGINT", "FLOAT": "FLOAT", "REAL": "FLOAT", "FLOAT4": "FLOAT",
+    "DOUBLE": "DOUBLE", "FLOAT8": "DOUBLE", "DOUBLE PRECISION": "DOUBLE",
+    "VARCHAR": "VARCHAR", "TEXT": "VARCHAR", "STRING": "VARCHAR", "CHAR": "VARCHAR",
+    "BOOLEAN": "BOOLEAN", "BOOL": "BOOLEAN", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP",
+    "DATETIME": "TIMESTAMP", "TIMESTAMPTZ": "TIMESTAMPTZ",
+    "TIMESTAMP WITH TIME ZONE": "TIMESTAMPTZ", "DECIMAL": "DECIMAL(18,3)",
+    "NUMERIC": "DECIMAL(18,3)",
+}
+_DECIMAL_TYPE: Final = re.compile(r"(?:DECIMAL|NUMERIC)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
+_MAX_DECIMAL_DIGITS: Final = 76
+
 #: Words the SQL dialect reserves; a column with one of these names must be
 #: written as a double-quoted identifier.
 RESERVED_WORDS: Final = frozenset(
-    {"AND", "OR", "NOT", "BETWEEN", "IN", "IS", "NULL", "TRUE", "FALSE"}
+    {"AND", "OR", "NOT", "BETWEEN", "IN", "IS", "NULL", "TRUE", "FALSE", "LIKE", "ILIKE",
+     "CAST", "ESCAPE", "SELECT", "FROM", "WHERE", "CASE", "WHEN", "THEN", "ELSE", "END"}
 )
 
 _BARE_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_INT_BITS: Final = 4096
+
+
+def canonical_type_name(name: str) -> str:
+    """The canonical spelling of a CAST target (``int`` -> ``INTEGER``,
+    ``decimal(15, 2)`` -> ``DECIMAL(15,2)``); InvalidPredicate if unsupported."""
+    if not isinstance(name, str):
+        raise InvalidPredicate(f"a CAST type must be a string, got {type(name).__name__}")
+    text = " ".join(name.upper().split())
+    if text in _CAST_TYPES:
+        return _CAST_TYPES[text]
+    match = _DECIMAL_TYPE.fullmatch(text)
+    if match is not None:
+        precision, scale = int(match.group(1)), int(match.group(2) or 0)
+        if not 1 <= precision <= 38 or scale > precision:
+            raise InvalidPredicate(
+                f"CAST to {name}: DECIMAL needs 1 <= precision <= 38 and scale <= precision"
+            )
+        return f"DECIMAL({precision},{scale})"
+    raise InvalidPredicate(
+        f"CAST to unsupported type {name!r}; supported: "
+        f"{', '.join(sorted(set(_CAST_TYPES.values()) - {'DECIMAL(18,3)'}))}, DECIMAL(p,s)"
+    )
+
+
+def _decimal_text(value: Decimal) -> str:
+    """Plain positional text of a finite decimal (never exponent notation)."""
+    return format(value, "f")
 
 
 # --- operands ----------------------------------------------------------------
@@ -105,6 +182,8 @@ def describe_value(value: object) -> str:
         return f"{value} (an integer)"
     if isinstance(value, float):
         return f"{value!r} (a float)"
+    if isinstance(value, Decimal):
+        return f"{_decimal_text(value)} (a decimal)"
     if isinstance(value, str):
         shown = value if len(value) <= 40 else value[:40] + "..."
         return f"{shown!r} (a string)"
@@ -133,6 +212,12 @@ def _normalise_value(value: object) -> LiteralValue:
         return int(value)
     if isinstance(value, float):
         return float(value)
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise InvalidPredicate(f"a decimal literal must be finite, got {value}")
+        if abs(value.adjusted()) > _MAX_DECIMAL_DIGITS:
+            raise InvalidPredicate(f"decimal literal {value:.20} is too large to compare")
+        return Decimal(value)
     if isinstance(value, str):
         return str(value)
     if isinstance(value, datetime):
@@ -177,8 +262,148 @@ def _normalise_value(value: object) -> LiteralValue:
     )
 
 
+def _key_of(item: object) -> object:
+    if isinstance(item, (Value, Expr)):
+        return item._key()
+    if isinstance(item, tuple):
+        return tuple(_key_of(x) for x in item)
+    return item
+
+
+class _Node:
+    """Structural identity shared by values and predicates: the class name and
+    the keys of every field, as plain tuples (so comparing two keys never
+    calls a node's own ``==``, which may build a predicate)."""
+
+    __slots__ = ()
+
+    def _key(self) -> tuple[object, ...]:
+        return (type(self).__name__,
+                *(_key_of(getattr(self, f.name)) for f in fields(self)))  # type: ignore[arg-type]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class Value(_Node):
+    """Base class of operands: anything with a value per row.
+
+    Comparison operators build predicates: ``col("a") > col("b")``,
+    ``lower(col("c")) == "ua"``, ``col("a") + 1 <= 5``.  ``==``/``!=`` between
+    two non-literal values is structural equality (a ``bool``); use
+    :meth:`eq`/:meth:`ne` for a value-to-value equality predicate.
+    """
+
+    __slots__ = ()
+
+    @overload  # type: ignore[override]
+    def __eq__(self, other: Value) -> Any: ...
+    @overload
+    def __eq__(self, other: object) -> Compare: ...
+    def __eq__(self, other: object) -> Any:
+        if isinstance(other, Value):
+            if isinstance(self, Literal) == isinstance(other, Literal):
+                return type(self) is type(other) and self._key() == other._key()
+        elif isinstance(self, Literal):
+            return NotImplemented
+        return Compare("=", self, _as_value(other))
+
+    @overload  # type: ignore[override]
+    def __ne__(self, other: Value) -> Any: ...
+    @overload
+    def __ne__(self, other: object) -> Compare: ...
+    def __ne__(self, other: object) -> Any:
+        if isinstance(other, Value):
+            if isinstance(self, Literal) == isinstance(other, Literal):
+                return not (type(self) is type(other) and self._key() == other._key())
+        elif isinstance(self, Literal):
+            return NotImplemented
+        return Compare("!=", self, _as_value(other))
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __lt__(self, other: object) -> Compare:
+        return Compare("<", self, _as_value(other))
+
+    def __le__(self, other: object) -> Compare:
+        return Compare("<=", self, _as_value(other))
+
+    def __gt__(self, other: object) -> Compare:
+        return Compare(">", self, _as_value(other))
+
+    def __ge__(self, other: object) -> Compare:
+        return Compare(">=", self, _as_value(other))
+
+    def eq(self, other: object) -> Compare:
+        """``self = other`` -- also between two columns or expressions."""
+        return Compare("=", self, _as_value(other))
+
+    def ne(self, other: object) -> Compare:
+        """``self <> other`` -- also between two columns or expressions."""
+        return Compare("!=", self, _as_value(other))
+
+    def __add__(self, other: object) -> Arith:
+        return Arith("+", self, _as_value(other))
+
+    def __radd__(self, other: object) -> Arith:
+        return Arith("+", _as_value(other), self)
+
+    def __sub__(self, other: object) -> Arith:
+        return Arith("-", self, _as_value(other))
+
+    def __rsub__(self, other: object) -> Arith:
+        return Arith("-", _as_value(other), self)
+
+    def __mul__(self, other: object) -> Arith:
+        return Arith("*", self, _as_value(other))
+
+    def __rmul__(self, other: object) -> Arith:
+        return Arith("*", _as_value(other), self)
+
+    def __truediv__(self, other: object) -> Arith:
+        return Arith("/", self, _as_value(other))
+
+    def __rtruediv__(self, other: object) -> Arith:
+        return Arith("/", _as_value(other), self)
+
+    def __neg__(self) -> Func:
+        return Func("negate", (self,))
+
+    def isin(self, values: Iterable[object]) -> In:
+        """``self IN (values...)``.  An empty collection matches no row."""
+        return In(self, _literal_tuple(values))
+
+    def between(self, low: object, high: object) -> Between:
+        """``self BETWEEN low AND high`` (both ends inclusive)."""
+        return Between(self, _as_value(low), _as_value(high))
+
+    def is_null(self) -> IsNull:
+        """``self IS NULL``."""
+        return IsNull(self)
+
+    def is_not_null(self) -> Not:
+        """``self IS NOT NULL``."""
+        return Not(IsNull(self))
+
+    def like(self, pattern: str, escape: str | None = None) -> Like:
+        """``self LIKE pattern`` (``%`` any run, ``_`` one character)."""
+        return Like(self, pattern, escape)
+
+    def ilike(self, pattern: str, escape: str | None = None) -> Like:
+        """``self ILIKE pattern``: LIKE ignoring case."""
+        return Like(self, pattern, escape, case_insensitive=True)
+
+    def cast(self, type_name: str) -> Cast:
+        """``CAST(self AS type_name)``, e.g. ``col("x").cast("BIGINT")``."""
+        return Cast(self, type_name)
+
+    def __str__(self) -> str:
+        return render_value(self)
+
+
 @dataclass(frozen=True, eq=False)
-class Literal:
+class Literal(Value):
     """A constant operand.  ``value`` is one of :data:`LiteralValue`.
 
     Equality is by type and value (``Literal(1) != Literal(True)``, and two NaN
@@ -190,62 +415,43 @@ class Literal:
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", _normalise_value(self.value))
 
-    def _key(self) -> tuple[str, object]:
+    def _key(self) -> tuple[object, ...]:
         value = self.value
         if isinstance(value, float) and math.isnan(value):
-            return ("float", "nan")
+            return ("Literal", "float", "nan")
         if isinstance(value, datetime) and value.tzinfo is not None:
-            return ("datetime-tz", value)
-        return (type(value).__name__, value)
-
-    # Against a Column these return NotImplemented, so Python falls back to
-    # the column's reflected operator and ``lit(5) == col("a")`` builds a
-    # Compare; the overloads tell type checkers so.
-    @overload  # type: ignore[override]
-    def __eq__(self, other: Column) -> Compare: ...  # type: ignore[overload-overlap]
-    @overload
-    def __eq__(self, other: object) -> bool: ...
-    def __eq__(self, other: object) -> Compare | bool:
-        if not isinstance(other, Literal):
-            return NotImplemented
-        return self._key() == other._key()
-
-    @overload  # type: ignore[override]
-    def __ne__(self, other: Column) -> Compare: ...  # type: ignore[overload-overlap]
-    @overload
-    def __ne__(self, other: object) -> bool: ...
-    def __ne__(self, other: object) -> Compare | bool:
-        if not isinstance(other, Literal):
-            return NotImplemented
-        return self._key() != other._key()
+            return ("Literal", "datetime-tz", value)
+        return ("Literal", type(value).__name__, value)
 
     def __hash__(self) -> int:
         return hash(self._key())
 
-    def __str__(self) -> str:
-        return render_literal(self.value)
 
-
-def _as_literal(value: object) -> Literal:
-    if isinstance(value, Literal):
+def _as_value(value: object) -> Value:
+    if isinstance(value, Value):
         return value
-    if isinstance(value, Column):
-        raise InvalidPredicate(
-            f"comparing two columns is not supported (got column {value.name!r} "
-            "where a value was expected)"
-        )
     if isinstance(value, Expr):
         raise InvalidPredicate(f"expected a value, got the predicate {value}")
     return Literal(_normalise_value(value))
 
 
-@dataclass(frozen=True, eq=False)
-class Column:
-    """A reference to a column by name; build predicates with its operators.
+def _as_literal(value: object, what: str) -> Literal:
+    if isinstance(value, Literal):
+        return value
+    if isinstance(value, Value):
+        raise InvalidPredicate(f"{what} needs literal values, got {value}")
+    if isinstance(value, Expr):
+        raise InvalidPredicate(f"{what} needs literal values, got the predicate {value}")
+    return Literal(_normalise_value(value))
 
-    ``col("a") == 5`` builds a :class:`Compare`.  Comparing two *columns* with
-    ``==``/``!=`` returns a plain ``bool`` (structural equality, used when
-    trees are compared); column-to-column predicates are not supported.
+
+@dataclass(frozen=True, eq=False)
+class Column(Value):
+    """A reference to a column by name.
+
+    Names resolve against the schema when the predicate is bound: an exact
+    match wins, otherwise a unique case-insensitive match (as in Spark and
+    DuckDB).
     """
 
     name: str
@@ -259,60 +465,87 @@ class Column:
             raise InvalidPredicate("a column name must not be empty")
 
     def __hash__(self) -> int:
-        return hash(("Column", self.name))
+        return hash(self._key())
 
-    @overload  # type: ignore[override]
-    def __eq__(self, other: Column) -> bool: ...  # type: ignore[overload-overlap]
-    @overload
-    def __eq__(self, other: object) -> Compare: ...
-    def __eq__(self, other: object) -> Compare | bool:
-        if isinstance(other, Column):
-            return self.name == other.name
-        return Compare("=", self, _as_literal(other))
 
-    @overload  # type: ignore[override]
-    def __ne__(self, other: Column) -> bool: ...  # type: ignore[overload-overlap]
-    @overload
-    def __ne__(self, other: object) -> Compare: ...
-    def __ne__(self, other: object) -> Compare | bool:
-        if isinstance(other, Column):
-            return self.name != other.name
-        return Compare("!=", self, _as_literal(other))
+@dataclass(frozen=True, eq=False)
+class Func(Value):
+    """A scalar function call, e.g. ``lower(carrier)``; see :data:`FUNCTIONS`."""
 
-    def __lt__(self, other: object) -> Compare:
-        return Compare("<", self, _as_literal(other))
+    name: str
+    args: tuple[Value, ...]
 
-    def __le__(self, other: object) -> Compare:
-        return Compare("<=", self, _as_literal(other))
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise InvalidPredicate(f"a function name must be a string, got {self.name!r:.60}")
+        name = self.name.lower()
+        name = _FUNCTION_ALIASES.get(name, name)
+        if name not in FUNCTIONS:
+            raise UnknownFunction(self.name, sorted(set(FUNCTIONS) - {"negate"}))
+        if isinstance(self.args, (str, bytes, Value, Expr)):
+            raise InvalidPredicate(f"the arguments of {name}() must be a tuple of values")
+        try:
+            args = tuple(_as_value(a) for a in self.args)
+        except TypeError:
+            raise InvalidPredicate(f"the arguments of {name}() must be a tuple of values") from None
+        low, high = FUNCTIONS[name]
+        if not low <= len(args) <= high:
+            want = str(low) if low == high else f"{low} to {high}"
+            raise InvalidPredicate(f"function {name}() takes {want} arguments, got {len(args)}")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "args", args)
 
-    def __gt__(self, other: object) -> Compare:
-        return Compare(">", self, _as_literal(other))
+    def __hash__(self) -> int:
+        return hash(self._key())
 
-    def __ge__(self, other: object) -> Compare:
-        return Compare(">=", self, _as_literal(other))
 
-    def isin(self, values: Iterable[object]) -> In:
-        """``column IN (values...)``.  An empty collection matches no row."""
-        return In(self, _literal_tuple(values))
+@dataclass(frozen=True, eq=False)
+class Arith(Value):
+    """``left op right`` for ``op`` in ``+ - * /``.  ``/`` divides as floating
+    point (``air_time / 60``), and a zero divisor gives NULL (as in DuckDB)."""
 
-    def between(self, low: object, high: object) -> Between:
-        """``column BETWEEN low AND high`` (both ends inclusive)."""
-        return Between(self, _as_literal(low), _as_literal(high))
+    op: str
+    left: Value
+    right: Value
 
-    def is_null(self) -> IsNull:
-        """``column IS NULL``."""
-        return IsNull(self)
+    def __post_init__(self) -> None:
+        if self.op not in ARITH_OPS:
+            raise InvalidPredicate(f"unknown arithmetic operator {self.op!r:.20}")
+        object.__setattr__(self, "left", _as_value(self.left))
+        object.__setattr__(self, "right", _as_value(self.right))
 
-    def is_not_null(self) -> Not:
-        """``column IS NOT NULL``."""
-        return Not(IsNull(self))
+    def __hash__(self) -> int:
+        return hash(self._key())
 
-    def __str__(self) -> str:
-        return quote_identifier(self.name)
+
+@dataclass(frozen=True, eq=False)
+class Cast(Value):
+    """``CAST(value AS to)``; ``to`` is kept in canonical spelling."""
+
+    value: Value
+    to: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", _as_value(self.value))
+        object.__setattr__(self, "to", canonical_type_name(self.to))
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+def _require_value(value: object, what: str) -> Value:
+    """The tested operand of IS NULL / IN / BETWEEN / LIKE: a value node (a bare
+    Python string would silently become a literal, not a column)."""
+    if not isinstance(value, Value):
+        raise InvalidPredicate(
+            f"{what} needs a column or value expression, got {type(value).__name__} "
+            f"{value!s:.60} (use col(...) or lit(...))"
+        )
+    return value
 
 
 def _literal_tuple(values: object) -> tuple[Literal, ...]:
-    if isinstance(values, (str, bytes, bytearray, Literal, Column, Expr)):
+    if isinstance(values, (str, bytes, bytearray, Value, Expr)):
         raise InvalidPredicate(
             f"IN needs a collection of values, got {type(values).__name__} {values!s:.60}"
         )
@@ -322,39 +555,38 @@ def _literal_tuple(values: object) -> tuple[Literal, ...]:
         raise InvalidPredicate(
             f"IN needs a collection of values, got {type(values).__name__}"
         ) from None
-    return tuple(_as_literal(v) for v in items)
+    return tuple(_as_literal(v, "IN") for v in items)
 
 
 def col(name: str) -> Column:
-    """The column called ``name`` (case-sensitive, exactly as in the schema)."""
+    """The column called ``name`` (resolved case-insensitively when unambiguous)."""
     return Column(name)
 
 
 def lit(value: object) -> Literal:
     """A literal value, e.g. ``lit(5) < col("a")``."""
-    return _as_literal(value)
+    return _as_literal(value, "lit()")
 
 
-def _require_column(value: object, what: str) -> Column:
-    if not isinstance(value, Column):
-        raise InvalidPredicate(f"{what} needs a column, got {type(value).__name__} {value!s:.60}")
-    return value
+def func(name: str, *args: object) -> Func:
+    """A scalar function call: ``func("lower", col("carrier")) == "ua"``."""
+    return Func(name, tuple(_as_value(a) for a in args))
 
 
 def _require_expr(value: object, what: str) -> Expr:
     if not isinstance(value, Expr):
         hint = ""
         if isinstance(value, bool):
-            hint = (" (a Python bool: did you compare two columns, or use 'and'/'or' "
-                    "instead of '&'/'|'?)")
+            hint = (" (a Python bool: did you compare two columns with ==/!= -- use "
+                    ".eq()/.ne() -- or use 'and'/'or' instead of '&'/'|'?)")
         raise InvalidPredicate(
             f"{what} needs a predicate, got {type(value).__name__} {value!s:.60}{hint}"
         )
     return value
 
 
-def _reject_null(value: Literal, what: str) -> None:
-    if value.value is None:
+def _reject_null(value: Value, what: str) -> None:
+    if isinstance(value, Literal) and value.value is None:
         raise InvalidPredicate(
             f"{what} NULL is never true in SQL; use IS NULL or IS NOT NULL "
             "(col(...).is_null() / .is_not_null())"
@@ -364,13 +596,21 @@ def _reject_null(value: Literal, what: str) -> None:
 # --- predicates --------------------------------------------------------------
 
 
-class Expr:
+class Expr(_Node):
     """Base class of every predicate node.
 
     Combine predicates with ``&`` (AND), ``|`` (OR) and ``~`` (NOT).
     """
 
     __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Expr):
+            return NotImplemented
+        return type(self) is type(other) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def __and__(self, other: object) -> And:
         return And(self, _require_expr(other, "'&'"))
@@ -398,86 +638,148 @@ class Expr:
         return to_sql(self)
 
 
-@dataclass(frozen=True)
+def _describe_side(value: Value) -> str:
+    return f"{value!s:.60}"
+
+
+@dataclass(frozen=True, eq=False)
 class Compare(Expr):
-    """``left op right``: a column compared with a non-NULL literal.
+    """``left op right`` between two values (columns, literals, expressions).
 
     ``op`` is stored in canonical form (one of :data:`COMPARE_OPS`; ``==`` and
-    ``<>`` are accepted as aliases).  A literal on the left is moved to the
-    right and the operator flipped.
+    ``<>`` are accepted as aliases).  A literal on the left of a non-literal
+    is moved to the right and the operator flipped, so ``col op literal`` --
+    the form statistics can prune -- always has the column on the left.
     """
 
     op: str
-    left: Column
-    right: Literal
+    left: Value
+    right: Value
 
     def __post_init__(self) -> None:
         op: object = self.op
         if not isinstance(op, str) or _OP_ALIASES.get(op, op) not in COMPARE_OPS:
-            raise InvalidPredicate(f"unknown comparison operator {op!r}")
+            raise InvalidPredicate(f"unknown comparison operator {op!r:.20}")
         op = _OP_ALIASES.get(op, op)
-        left: object = self.left
-        right: object = self.right
-        if not isinstance(left, Column) and isinstance(right, Column):
+        left, right = _as_value(self.left), _as_value(self.right)
+        if isinstance(left, Literal) and not isinstance(right, Literal):
             left, right, op = right, left, FLIP_OP[op]
-        if not isinstance(left, Column):
-            raise InvalidPredicate(
-                f"a comparison needs a column on one side, got {left!s:.60} {op} {right!s:.60}"
-            )
-        lit_right = _as_literal(right)
-        _reject_null(lit_right, f"comparing column {left.name!r} with {op}")
+        for side in (left, right):
+            what = f"comparing {_describe_side(left if side is right else right)} with {op}"
+            _reject_null(side, what)
         object.__setattr__(self, "op", op)
         object.__setattr__(self, "left", left)
-        object.__setattr__(self, "right", lit_right)
+        object.__setattr__(self, "right", right)
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Between(Expr):
-    """``column BETWEEN low AND high``, inclusive at both ends."""
+    """``column BETWEEN low AND high``, inclusive at both ends.  ``column`` is
+    the tested value: a column or any value expression."""
 
-    column: Column
-    low: Literal
-    high: Literal
+    column: Value
+    low: Value
+    high: Value
 
     def __post_init__(self) -> None:
-        column = _require_column(self.column, "BETWEEN")
-        low, high = _as_literal(self.low), _as_literal(self.high)
-        _reject_null(low, f"BETWEEN on column {column.name!r} with")
-        _reject_null(high, f"BETWEEN on column {column.name!r} with")
+        column = _require_value(self.column, "BETWEEN")
+        low, high = _as_value(self.low), _as_value(self.high)
+        _reject_null(low, f"BETWEEN on {_describe_side(column)} with")
+        _reject_null(high, f"BETWEEN on {_describe_side(column)} with")
+        _reject_null(column, "BETWEEN on")
+        object.__setattr__(self, "column", column)
         object.__setattr__(self, "low", low)
         object.__setattr__(self, "high", high)
 
+    def __hash__(self) -> int:
+        return hash(self._key())
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class In(Expr):
-    """``column IN (values...)``; an empty tuple matches no row."""
+    """``column IN (values...)``; an empty tuple matches no row.  ``column`` is
+    the tested value: a column or any value expression."""
 
-    column: Column
+    column: Value
     values: tuple[Literal, ...]
 
     def __post_init__(self) -> None:
-        column = _require_column(self.column, "IN")
+        column = _require_value(self.column, "IN")
+        _reject_null(column, "IN on")
         values = _literal_tuple(self.values)
         for value in values:
             if value.value is None:
                 raise InvalidPredicate(
-                    f"NULL in the IN list of column {column.name!r} never matches; "
+                    f"NULL in the IN list of {_describe_side(column)} never matches; "
                     "use IS NULL (or OR ... IS NULL) instead"
                 )
+        object.__setattr__(self, "column", column)
         object.__setattr__(self, "values", values)
 
+    def __hash__(self) -> int:
+        return hash(self._key())
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class IsNull(Expr):
     """``column IS NULL``.  ``Not(IsNull(c))`` is ``c IS NOT NULL``."""
 
-    column: Column
+    column: Value
 
     def __post_init__(self) -> None:
-        _require_column(self.column, "IS NULL")
+        _require_value(self.column, "IS NULL")
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
+class Like(Expr):
+    """``column LIKE pattern [ESCAPE escape]`` (``ILIKE`` when
+    ``case_insensitive``).  ``%`` matches any run of characters, ``_`` one
+    character; without ESCAPE no character escapes (as in DuckDB)."""
+
+    column: Value
+    pattern: str
+    escape: str | None = None
+    case_insensitive: bool = False
+
+    def __post_init__(self) -> None:
+        kind = "ILIKE" if self.case_insensitive else "LIKE"
+        _require_value(self.column, kind)
+        if not isinstance(self.pattern, str):
+            raise InvalidPredicate(f"{kind} needs a string pattern, got {self.pattern!r:.60}")
+        if self.escape is not None:
+            if not isinstance(self.escape, str) or len(self.escape) != 1:
+                raise InvalidPredicate(
+                    f"{kind} ESCAPE must be one character, got {self.escape!r:.20}")
+            if _ends_with_lone_escape(self.pattern, self.escape):
+                raise InvalidPredicate(
+                    f"{kind} pattern {self.pattern!r:.60} ends with the escape character"
+                )
+        if not isinstance(self.case_insensitive, bool):
+            raise InvalidPredicate("case_insensitive must be a bool")
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+def _ends_with_lone_escape(pattern: str, escape: str) -> bool:
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == escape:
+            if i + 1 == len(pattern):
+                return True
+            i += 2
+        else:
+            i += 1
+    return False
+
+
+@dataclass(frozen=True, eq=False)
 class Not(Expr):
     """``NOT expr`` with SQL semantics: NOT of NULL is NULL."""
 
@@ -486,8 +788,11 @@ class Not(Expr):
     def __post_init__(self) -> None:
         _require_expr(self.expr, "NOT")
 
+    def __hash__(self) -> int:
+        return hash(self._key())
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class And(Expr):
     """``left AND right`` (Kleene logic)."""
 
@@ -498,8 +803,11 @@ class And(Expr):
         _require_expr(self.left, "AND")
         _require_expr(self.right, "AND")
 
+    def __hash__(self) -> int:
+        return hash(self._key())
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class Or(Expr):
     """``left OR right`` (Kleene logic)."""
 
@@ -510,36 +818,30 @@ class Or(Expr):
         _require_expr(self.left, "OR")
         _require_expr(self.right, "OR")
 
+    def __hash__(self) -> int:
+        return hash(self._key())
+
 
 @dataclass(frozen=True, eq=False)
 class Const(Expr):
     """A constant truth value.
 
     With ``unless_null`` set (only the binder produces this), the value is
-    NULL on rows where that column is NULL and ``value`` elsewhere: it is what
+    NULL on rows where that value is NULL and ``value`` elsewhere: it is what
     ``x = 1.5`` evaluates to when ``x`` is an integer column.
     """
 
     value: bool
-    unless_null: Column | None = None
+    unless_null: Value | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.value, bool):
             raise InvalidPredicate(f"a constant must be True or False, got {self.value!r:.60}")
-        if self.unless_null is not None:
-            _require_column(self.unless_null, "a guarded constant")
-
-    def _key(self) -> tuple[bool, str | None]:
-        # Column == None would build a predicate, so compare by name.
-        return (self.value, None if self.unless_null is None else self.unless_null.name)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Const):
-            return NotImplemented
-        return self._key() == other._key()
+        if self.unless_null is not None and not isinstance(self.unless_null, Value):
+            raise InvalidPredicate("a guarded constant needs a value to guard on")
 
     def __hash__(self) -> int:
-        return hash(("Const", *self._key()))
+        return hash(self._key())
 
 
 TRUE: Final = Const(True)
@@ -575,13 +877,34 @@ def _children(node: Expr) -> Iterator[Expr]:
         yield node.expr
 
 
-def _columns_of(node: Expr) -> Iterator[str]:
-    if isinstance(node, Compare):
-        yield node.left.name
-    elif isinstance(node, (Between, In, IsNull)):
-        yield node.column.name
+def operands(node: Expr | Value) -> Iterator[Value]:
+    """The values directly inside ``node`` (a predicate leaf or a value)."""
+    if isinstance(node, Compare | Arith):
+        yield node.left
+        yield node.right
+    elif isinstance(node, Between):
+        yield node.column
+        yield node.low
+        yield node.high
+    elif isinstance(node, In | IsNull | Like):
+        yield node.column
     elif isinstance(node, Const) and node.unless_null is not None:
-        yield node.unless_null.name
+        yield node.unless_null
+    elif isinstance(node, Func):
+        yield from node.args
+    elif isinstance(node, Cast):
+        yield node.value
+
+
+def value_columns(value: Value) -> Iterator[str]:
+    """Names of the columns a value reads, without recursion."""
+    stack: list[Value] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Column):
+            yield item.name
+        else:
+            stack.extend(operands(item))
 
 
 def referenced_columns(expr: Expr | BoundExpr) -> set[str]:
@@ -597,7 +920,8 @@ def referenced_columns(expr: Expr | BoundExpr) -> set[str]:
     stack: list[Expr] = [root]
     while stack:
         node = stack.pop()
-        names.update(_columns_of(node))
+        for value in operands(node):
+            names.update(value_columns(value))
         stack.extend(_children(node))
     return names
 
@@ -608,13 +932,16 @@ def referenced_columns(expr: Expr | BoundExpr) -> set[str]:
 def quote_identifier(name: str) -> str:
     """``name`` as the SQL dialect spells it: bare when possible, else double-quoted."""
     if _BARE_IDENTIFIER.fullmatch(name) and name.upper() not in RESERVED_WORDS and \
-            name.upper() not in ("DATE", "TIMESTAMP"):
+            name.upper() not in ("DATE", "TIMESTAMP") and name.lower() not in FUNCTIONS:
         return name
     return '"' + name.replace('"', '""') + '"'
 
 
 def render_literal(value: LiteralValue) -> str:
-    """``value`` as SQL literal text (NaN and infinities have no SQL spelling)."""
+    """``value`` as SQL literal text (NaN and infinities have no SQL spelling).
+
+    Floats are written with an exponent (``1.5E0``) so they read back as
+    floats: ``1.5`` alone is a DECIMAL literal in SQL."""
     if value is None:
         return "NULL"
     if isinstance(value, bool):
@@ -626,7 +953,11 @@ def render_literal(value: LiteralValue) -> str:
             return "NaN"
         if math.isinf(value):
             return "Infinity" if value > 0 else "-Infinity"
-        return repr(value)
+        text = repr(value)
+        return text if "e" in text else text + "E0"
+    if isinstance(value, Decimal):
+        text = _decimal_text(value)
+        return text if "." in text else text + ".0"
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     if isinstance(value, datetime):
@@ -640,12 +971,37 @@ def render_literal(value: LiteralValue) -> str:
     return f"DATE '{value.isoformat()}'"
 
 
+def render_value(value: Value) -> str:
+    """``value`` as SQL text."""
+    if isinstance(value, Column):
+        return quote_identifier(value.name)
+    if isinstance(value, Literal):
+        return render_literal(value.value)
+    if isinstance(value, Func):
+        if value.name == "negate":
+            return f"-({render_value(value.args[0])})"
+        return f"{value.name}({', '.join(render_value(a) for a in value.args)})"
+    if isinstance(value, Arith):
+        return f"({render_value(value.left)} {value.op} {render_value(value.right)})"
+    if isinstance(value, Cast):
+        return f"CAST({render_value(value.value)} AS {value.to})"
+    raise InvalidPredicate(f"not a value node: {type(value).__name__}")
+
+
 def _render_between(node: Between, keyword: str) -> str:
     return f"{node.column}{keyword}{node.low} AND {node.high}"
 
 
 def _render_in(node: In, keyword: str) -> str:
     return f"{node.column}{keyword}({', '.join(str(v) for v in node.values)})"
+
+
+def _render_like(node: Like, negated: bool) -> str:
+    word = ("NOT " if negated else "") + ("ILIKE" if node.case_insensitive else "LIKE")
+    text = f"{node.column} {word} {render_literal(node.pattern)}"
+    if node.escape is not None:
+        text += f" ESCAPE {render_literal(node.escape)}"
+    return text
 
 
 def _render_leaf(node: Expr) -> str | None:
@@ -657,12 +1013,16 @@ def _render_leaf(node: Expr) -> str | None:
         return _render_in(node, " IN ") if node.values else "FALSE"
     if isinstance(node, IsNull):
         return f"{node.column} IS NULL"
+    if isinstance(node, Like):
+        return _render_like(node, False)
     if isinstance(node, Not) and isinstance(node.expr, IsNull):
         return f"{node.expr.column} IS NOT NULL"
     if isinstance(node, Not) and isinstance(node.expr, In) and node.expr.values:
         return _render_in(node.expr, " NOT IN ")
     if isinstance(node, Not) and isinstance(node.expr, Between):
         return _render_between(node.expr, " NOT BETWEEN ")
+    if isinstance(node, Not) and isinstance(node.expr, Like):
+        return _render_like(node.expr, True)
     if isinstance(node, Const):
         word = "TRUE" if node.value else "FALSE"
         if node.unless_null is None:

@@ -9,7 +9,13 @@ row could match.  Whenever it cannot prove "no row matches" -- a column without
 statistics, a missing bound, a value it cannot compare, NaN -- it answers True.
 It never reads data and never raises for a bound predicate and well-typed
 statistics; a comparison that fails (mismatched stat types) counts as "might
-match".
+match".  Only simple leaves (a column against literals, see
+:mod:`caslake.expr.bind`) are judged; every computed leaf -- column against
+column, arithmetic, functions, CAST, LIKE -- answers "might match" whether
+negated or not, so an unprunable part can never prune a chunk.  LIKE with a
+literal prefix is pruned through the range the binder puts beside it.
+Decimal statistics are ``decimal.Decimal`` values compared exactly with the
+bound decimal literals.
 
 How statistics are read:
 
@@ -38,7 +44,7 @@ from typing import Any
 
 from caslake.errors import InvalidPredicate
 from caslake.expr.bind import BoundExpr, is_float_type
-from caslake.expr.nodes import And, Compare, Const, Expr, In, IsNull, Not, Or
+from caslake.expr.nodes import And, Column, Compare, Const, Expr, In, IsNull, Like, Literal, Not, Or
 from caslake.format.stats import ColumnStats
 
 __all__ = ["ColumnStats", "might_match"]
@@ -92,15 +98,25 @@ class _Pruner:
 
     def leaf(self, node: Expr, negated: bool) -> bool:
         if isinstance(node, IsNull):
+            if not isinstance(node.column, Column):
+                return True  # a computed value: statistics say nothing
             name = node.column.name
             return self.may_have_values(name) if negated else self.may_have_nulls(name)
         if isinstance(node, Const):
             value = node.value != negated
             if not value:
                 return False
-            return node.unless_null is None or self.may_have_values(node.unless_null.name)
+            guard = node.unless_null
+            return not isinstance(guard, Column) or self.may_have_values(guard.name)
+        if isinstance(node, Like):
+            return True  # evaluated after reading; a prefix range beside it prunes
         if isinstance(node, (Compare, In)):
-            name = node.left.name if isinstance(node, Compare) else node.column.name
+            tested = node.left if isinstance(node, Compare) else node.column
+            if not isinstance(tested, Column):
+                return True  # a computed value: statistics say nothing
+            if isinstance(node, Compare) and not isinstance(node.right, Literal):
+                return True  # column against column or expression
+            name = tested.name
             if not self.may_have_values(name):
                 return False  # every value is NULL: the test is NULL on every row
             if negated and self.is_float(name):
@@ -109,6 +125,7 @@ class _Pruner:
             low, high = _bound(stats.min), _bound(stats.max)
             try:
                 if isinstance(node, Compare):
+                    assert isinstance(node.right, Literal)
                     op = node.op
                     if negated:
                         op = {"=": "!=", "!=": "=", "<": ">=", "<=": ">",

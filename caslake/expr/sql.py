@@ -1,437 +1,439 @@
-"""The ``where`` SQL dialect: a hand-written tokenizer and recursive-descent parser.
+"""The ``where`` SQL dialect: SQL expression text parsed by sqlglot.
 
 This module owns turning predicate text into an unbound
-:class:`~caslake.expr.nodes.Expr`.  It never looks at a schema (binding does
-that) and never raises anything but :class:`~caslake.errors.InvalidPredicate`,
-whose message carries the 1-based character position and an excerpt of the
-text at the offending token, e.g.
-``malformed where at position 11 near "AND b = 2": expected a value``.
+:class:`~caslake.expr.nodes.Expr`.  sqlglot (DuckDB dialect) does the
+tokenising and parsing; this module maps its syntax tree onto caslake's nodes
+and refuses, by name, every construct caslake does not evaluate.  It never
+looks at a schema (binding does that) and never raises anything but
+:class:`~caslake.errors.InvalidPredicate` or a subclass:
 
-Grammar (keywords are case-insensitive; precedence NOT > AND > OR)::
+* :class:`~caslake.errors.PredicateSyntaxError` -- the text does not parse;
+  the message carries the 1-based character position and an excerpt, e.g.
+  ``malformed where at position 11 near "AND y = 1": ...``;
+* :class:`~caslake.errors.UnknownFunction` -- a function caslake lacks;
+* :class:`~caslake.errors.UnsupportedExpression` -- a construct caslake does
+  not evaluate (subqueries, CASE, ``IS DISTINCT FROM``, ``%``, ...), named.
 
-    predicate  := or_expr EOF
-    or_expr    := and_expr ("OR" and_expr)*
-    and_expr   := not_expr ("AND" not_expr)*
-    not_expr   := "NOT"* primary
-    primary    := "(" or_expr ")" | "TRUE" | "FALSE" | test
-    test       := column                              -- a boolean column: column = TRUE
-                | operand cmp_op operand              -- one side a column
-                | column ["NOT"] "BETWEEN" value "AND" value
-                | column ["NOT"] "IN" "(" value ("," value)* ")"
-                | column "IS" ["NOT"] "NULL"
-    cmp_op     := "=" | "==" | "!=" | "<>" | "<" | "<=" | ">" | ">="
-    operand    := column | value
-    column     := bare identifier [A-Za-z_][A-Za-z0-9_]* (not a reserved word)
-                | '"' any text, "" for a quote '"'
-    value      := integer | float | 'string' ('' for a quote) | TRUE | FALSE
-                | NULL | DATE 'YYYY-MM-DD'
-                | TIMESTAMP 'YYYY-MM-DD[ T]HH:MM:SS[.ffffff][Z|+HH:MM]'
+What is accepted (keywords are case-insensitive; precedence as in SQL)::
 
-Identifiers are case-sensitive.  ``DATE`` and ``TIMESTAMP`` are keywords only
-when a string follows, so a column may be called ``date``.  NULL is accepted by
-the tokenizer but rejected wherever it is used as a comparison operand, a
-BETWEEN bound or an IN element, with a hint to use IS NULL.
+    predicate  := predicate OR predicate | predicate AND predicate | NOT predicate
+                | ( predicate ) | TRUE | FALSE
+                | value cmp value                 -- = == != <> < <= > >=
+                | value [NOT] BETWEEN value AND value
+                | value [NOT] IN ( literal, ... )
+                | value IS [NOT] NULL
+                | value [NOT] LIKE|ILIKE 'pattern' [ESCAPE 'c']
+                | value                           -- a boolean value: value = TRUE
+    value      := column | literal | value (+ - * /) value | - value | ( value )
+                | function ( value, ... ) | CAST ( value AS type ) | value::type
+    literal    := integer | decimal (1.5) | float (1.5e0) | 'string' | TRUE | FALSE
+                | NULL | DATE 'YYYY-MM-DD' | TIMESTAMP 'YYYY-MM-DD HH:MM:SS[.f][+HH:MM]'
+                | TIMESTAMPTZ '...'
+    column     := identifier | "any text"         -- "" for a quote
+
+A number with a decimal point is a DECIMAL literal (exact), one with an
+exponent a float, as in DuckDB.  Parsed trees are cached by text, so a
+predicate repeated across scans is parsed once.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Final
 
-from caslake.errors import InvalidPredicate
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, SqlglotError, TokenError
+
+from caslake.errors import (
+    InvalidPredicate,
+    PredicateSyntaxError,
+    UnknownFunction,
+    UnsupportedExpression,
+)
 from caslake.expr._iso import parse_date, parse_timestamp
 from caslake.expr.nodes import (
-    RESERVED_WORDS,
+    FALSE,
+    FUNCTIONS,
+    TRUE,
     And,
+    Arith,
     Between,
+    Cast,
     Column,
     Compare,
-    Const,
     Expr,
+    Func,
     In,
     IsNull,
+    Like,
     Literal,
     Not,
     Or,
+    Value,
 )
 
 __all__ = ["MAX_NESTING", "parse_sql"]
 
-#: Deepest parenthesis / NOT nesting accepted; deeper input is rejected (it is
-#: never hand-written and would otherwise exhaust the Python stack).
+#: Deepest nesting accepted; deeper input is rejected (it is never
+#: hand-written and would otherwise exhaust the Python stack).
 MAX_NESTING: Final = 100
-
-_NUMBER: Final = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_IDENT_START: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
-_IDENT_CHARS: Final = _IDENT_START | frozenset("0123456789")
-_TWO_CHAR_OPS: Final = {"<=": "<=", ">=": ">=", "<>": "!=", "!=": "!=", "==": "="}
-_ONE_CHAR_OPS: Final = {"=": "=", "<": "<", ">": ">"}
 _EXCERPT: Final = 24
+_MAX_TEXT: Final = 1_000_000
+
+_COMPARE: Final[dict[type[exp.Expression], str]] = {
+    exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=",
+}
+_ARITH: Final[dict[type[exp.Expression], str]] = {
+    exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/",
+}
+#: sqlglot function classes -> (caslake function, argument keys in order).
+_FUNCS: Final[dict[type[exp.Expression], tuple[str, tuple[str, ...]]]] = {
+    exp.Lower: ("lower", ("this",)), exp.Upper: ("upper", ("this",)),
+    exp.Length: ("length", ("this",)), exp.Abs: ("abs", ("this",)),
+    exp.Substring: ("substr", ("this", "start", "length")),
+    exp.Coalesce: ("coalesce", ("this", "expressions")),
+    exp.Date: ("date", ("this",)), exp.Year: ("year", ("this",)),
+    exp.Month: ("month", ("this",)), exp.Day: ("day", ("this",)),
+    exp.DayOfMonth: ("day", ("this",)), exp.Hour: ("hour", ("this",)),
+    exp.Minute: ("minute", ("this",)), exp.Second: ("second", ("this",)),
+    exp.Trim: ("trim", ("this",)),
+}
+_TRIM_POSITION: Final = {None: "trim", "LEADING": "ltrim", "TRAILING": "rtrim", "BOTH": "trim"}
+#: Names of constructs users may type, for the "not supported" message.
+_NAMES: Final[dict[type[exp.Expression], str]] = {
+    exp.Mod: "the % operator", exp.IntDiv: "the // operator", exp.DPipe: "the || operator",
+    exp.NullSafeEQ: "IS NOT DISTINCT FROM / <=>", exp.NullSafeNEQ: "IS DISTINCT FROM",
+    exp.Case: "CASE", exp.If: "IF", exp.Subquery: "a subquery", exp.Select: "SELECT",
+    exp.Star: "*", exp.Placeholder: "a parameter placeholder", exp.Interval: "INTERVAL",
+    exp.TryCast: "TRY_CAST", exp.SimilarTo: "SIMILAR TO", exp.Glob: "GLOB",
+    exp.RegexpLike: "regular expressions", exp.Exists: "EXISTS", exp.Window: "a window",
+    exp.Xor: "XOR", exp.BitwiseAnd: "the & operator", exp.BitwiseOr: "the | operator",
+}
 
 
-@dataclass(frozen=True)
-class _Token:
-    kind: str  # ident | qident | kw | num | str | op | ( | ) | , | eof
-    pos: int  # 0-based offset of the first character
-    text: str  # the source text of the token
-    value: object  # name / upper-case keyword / number / string / canonical op
+def _position(text: str, line: int, column: int) -> int:
+    """0-based offset of a 1-based (line, column) as sqlglot reports it."""
+    lines = text.split("\n")
+    line = max(1, min(line, len(lines)))
+    return sum(len(row) + 1 for row in lines[:line - 1]) + max(0, column - 1)
 
 
-def _fail(text: str, pos: int, message: str) -> InvalidPredicate:
-    if pos >= len(text):
+def _syntax_error(text: str, offset: int, message: str) -> PredicateSyntaxError:
+    if offset >= len(text.rstrip()) or not text.strip():
         where = f"at position {len(text) + 1} (end of input)"
     else:
-        excerpt = text[pos:pos + _EXCERPT]
+        excerpt = text[offset:offset + _EXCERPT]
         excerpt = "".join(c if c.isprintable() else " " for c in excerpt)
-        if pos + _EXCERPT < len(text):
+        if offset + _EXCERPT < len(text):
             excerpt += "..."
-        where = f'at position {pos + 1} near "{excerpt}"'
-    return InvalidPredicate(f"malformed where {where}: {message}")
+        where = f'at position {offset + 1} near "{excerpt}"'
+    return PredicateSyntaxError(f"malformed where {where}: {message}")
 
 
-def _describe(token: _Token) -> str:
-    if token.kind == "eof":
-        return "the end of the predicate"
-    shown = token.text if len(token.text) <= 30 else token.text[:30] + "..."
-    return repr(shown)
+def _from_parse_error(text: str, error: SqlglotError) -> PredicateSyntaxError:
+    details = getattr(error, "errors", None) or []
+    if details:
+        first = details[0]
+        description = str(first.get("description") or "syntax error")
+        if description.startswith("Required keyword"):
+            description = "a value or operand is missing"
+        highlight = str(first.get("highlight") or "")
+        line, column = int(first.get("line") or 1), int(first.get("col") or 1)
+        # sqlglot reports the column of the highlighted token's last character.
+        offset = _position(text, line, column) - max(0, len(highlight) - 1)
+        return _syntax_error(text, max(0, offset), description)
+    return _syntax_error(text, len(text), str(error).split("\n")[0][:200])
 
 
-def _scan_quoted(text: str, start: int, quote: str) -> tuple[str, int]:
-    """The unescaped body of the quoted run opening at ``start`` and the offset after it."""
-    parts: list[str] = []
-    i = start + 1
-    while True:
-        end = text.find(quote, i)
-        if end < 0:
-            what = "string" if quote == "'" else "quoted identifier"
-            raise _fail(text, start, f"unterminated {what}: no closing {quote}")
-        parts.append(text[i:end])
-        if text.startswith(quote, end + 1):  # doubled quote: an escaped quote
-            parts.append(quote)
-            i = end + 2
-            continue
-        return "".join(parts), end + 1
+def _unsupported(node: exp.Expression) -> UnsupportedExpression:
+    name = _NAMES.get(type(node))
+    if name is None:
+        name = type(node).__name__.upper()
+    try:
+        shown = node.sql(dialect="duckdb")
+    except SqlglotError:
+        shown = ""
+    if len(shown) > 60:
+        shown = shown[:60] + "..."
+    return UnsupportedExpression(
+        f"{name} is not supported in a where predicate" + (f": {shown}" if shown else "")
+    )
 
 
-def _number(text: str, start: int) -> tuple[_Token, int]:
-    match = _NUMBER.match(text, start)
-    if match is None:
-        raise _fail(text, start, f"unexpected character {text[start]!r}")
-    end = match.end()
-    if end < len(text) and (text[end] in _IDENT_CHARS or text[end] == "."):
-        raise _fail(text, start, f"malformed number {text[start:end + 1]!r}")
-    raw = match.group()
-    value: int | float
-    if any(c in raw for c in ".eE"):
-        value = float(raw)
-        if value in (float("inf"), float("-inf")):
-            raise _fail(text, start, f"number {raw!r} is out of range for a float")
-    else:
-        try:
-            value = int(raw)
-        except ValueError:  # more digits than int() accepts
-            raise _fail(text, start, f"number {raw[:20]!r}... has too many digits") from None
-    return _Token("num", start, raw, value), end
+def _number(text: str) -> Literal:
+    try:
+        if any(c in text for c in "eE"):
+            value = float(text)
+            if value in (float("inf"), float("-inf")):
+                raise InvalidPredicate(f"number {text[:30]!r} is out of range for a float")
+            return Literal(value)
+        if "." in text:
+            return Literal(Decimal(text))
+        return Literal(int(text))
+    except (ValueError, InvalidOperation):
+        if len(text) > 1000:
+            raise InvalidPredicate(f"number {text[:20]!r}... has too many digits") from None
+        raise InvalidPredicate(f"malformed number {text[:30]!r}") from None
 
 
-def _tokenize(text: str) -> list[_Token]:
-    tokens: list[_Token] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch.isspace():
-            i += 1
-        elif ch in "(),":
-            tokens.append(_Token(ch, i, ch, ch))
-            i += 1
-        elif text[i:i + 2] in _TWO_CHAR_OPS:
-            tokens.append(_Token("op", i, text[i:i + 2], _TWO_CHAR_OPS[text[i:i + 2]]))
-            i += 2
-        elif ch in _ONE_CHAR_OPS:
-            tokens.append(_Token("op", i, ch, _ONE_CHAR_OPS[ch]))
-            i += 1
-        elif ch == "'":
-            body, end = _scan_quoted(text, i, "'")
-            tokens.append(_Token("str", i, text[i:end], body))
-            i = end
-        elif ch == '"':
-            body, end = _scan_quoted(text, i, '"')
-            if not body:
-                raise _fail(text, i, 'empty quoted identifier ""')
-            tokens.append(_Token("qident", i, text[i:end], body))
-            i = end
-        elif ch in _IDENT_START:
-            end = i + 1
-            while end < n and text[end] in _IDENT_CHARS:
-                end += 1
-            word = text[i:end]
-            if word.upper() in RESERVED_WORDS:
-                tokens.append(_Token("kw", i, word, word.upper()))
-            else:
-                tokens.append(_Token("ident", i, word, word))
-            i = end
-        elif ch in "+-." or ch in "0123456789":
-            token, i = _number(text, i)
-            tokens.append(token)
-        else:
-            raise _fail(text, i, f"unexpected character {ch!r}")
-    tokens.append(_Token("eof", n, "", None))
-    return tokens
+def _negate(value: Value) -> Value:
+    if isinstance(value, Literal) and isinstance(value.value, (int, float, Decimal)) \
+            and not isinstance(value.value, bool):
+        return Literal(-value.value)
+    return Func("negate", (value,))
 
 
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = _tokenize(text)
-        self.index = 0
+def _string(node: exp.Expression, what: str) -> str:
+    if isinstance(node, exp.Literal) and node.is_string:
+        return str(node.this)
+    raise UnsupportedExpression(f"{what} must be a string literal, got {node.sql()[:60]}")
+
+
+def _typed_literal(cast: exp.Cast) -> Literal | None:
+    """``DATE '...'`` / ``TIMESTAMP '...'`` (also CAST('...' AS DATE)) as a literal."""
+    if not (isinstance(cast.this, exp.Literal) and cast.this.is_string):
+        return None
+    to = cast.to
+    text = str(cast.this.this)
+    if to.is_type(exp.DataType.Type.DATE):
+        day = parse_date(text)
+        if day is None:
+            raise InvalidPredicate(f"invalid DATE literal {text[:40]!r}: expected 'YYYY-MM-DD'")
+        return Literal(day)
+    if to.is_type(*exp.DataType.TEMPORAL_TYPES) and not to.is_type(exp.DataType.Type.TIME):
+        moment = parse_timestamp(text)
+        if moment is None:
+            raise InvalidPredicate(
+                f"invalid TIMESTAMP literal {text[:40]!r}: expected "
+                "'YYYY-MM-DD[ HH:MM[:SS[.ffffff]]][Z|+HH:MM]'"
+            )
+        return Literal(moment)
+    return None
+
+
+class _Translator:
+    """sqlglot tree -> caslake tree.  Depth is bounded by :data:`MAX_NESTING`
+    except along AND/OR chains, which are walked without recursion."""
+
+    def __init__(self) -> None:
         self.depth = 0
 
-    # -- token helpers --------------------------------------------------------
-
-    def peek(self, ahead: int = 0) -> _Token:
-        return self.tokens[min(self.index + ahead, len(self.tokens) - 1)]
-
-    def advance(self) -> _Token:
-        token = self.peek()
-        if token.kind != "eof":
-            self.index += 1
-        return token
-
-    def is_kw(self, word: str, ahead: int = 0) -> bool:
-        token = self.peek(ahead)
-        return token.kind == "kw" and token.value == word
-
-    def error(self, token: _Token, message: str) -> InvalidPredicate:
-        return _fail(self.text, token.pos, message)
-
-    def expect_kw(self, word: str, context: str) -> _Token:
-        token = self.peek()
-        if not self.is_kw(word):
-            raise self.error(token, f"expected {word} {context}, found {_describe(token)}")
-        return self.advance()
-
-    def is_typed_literal(self, ahead: int = 0) -> bool:
-        token = self.peek(ahead)
-        return (token.kind == "ident" and str(token.value).upper() in ("DATE", "TIMESTAMP")
-                and self.peek(ahead + 1).kind == "str")
-
-    # -- grammar --------------------------------------------------------------
-
-    def parse(self) -> Expr:
-        if self.peek().kind == "eof":
-            raise self.error(self.peek(), "the predicate is empty")
-        expr = self.parse_or()
-        token = self.peek()
-        if token.kind == ")":
-            raise self.error(token, "unbalanced ')': no '(' to close")
-        if token.kind != "eof":
-            raise self.error(
-                token, f"expected AND, OR or the end of the predicate, found {_describe(token)}"
-            )
-        return expr
-
-    def parse_or(self) -> Expr:
-        left = self.parse_and()
-        while self.is_kw("OR"):
-            self.advance()
-            left = Or(left, self.parse_and())
-        return left
-
-    def parse_and(self) -> Expr:
-        left = self.parse_not()
-        while self.is_kw("AND"):
-            self.advance()
-            left = And(left, self.parse_not())
-        return left
-
-    def parse_not(self) -> Expr:
-        nots = 0
-        while self.is_kw("NOT"):
-            token = self.advance()
-            nots += 1
-            if nots > MAX_NESTING:
-                raise self.error(token, f"more than {MAX_NESTING} nested NOTs")
-        expr = self.parse_primary()
-        for _ in range(nots):
-            expr = Not(expr)
-        return expr
-
-    def parse_primary(self) -> Expr:
-        token = self.peek()
-        if token.kind == "(":
-            self.depth += 1
-            if self.depth > MAX_NESTING:
-                raise self.error(token, f"parentheses nested more than {MAX_NESTING} deep")
-            self.advance()
-            expr = self.parse_or()
-            closing = self.peek()
-            if closing.kind != ")":
-                raise self.error(
-                    closing,
-                    f"expected ')' to close the '(' at position {token.pos + 1}, "
-                    f"found {_describe(closing)}",
-                )
-            self.advance()
-            self.depth -= 1
-            return expr
-        if token.kind == "kw" and token.value in ("TRUE", "FALSE"):
-            follower = self.peek(1)
-            if follower.kind != "op" and not (
-                follower.kind == "kw" and follower.value in ("IS", "IN", "BETWEEN", "NOT")
-            ):
-                self.advance()
-                return Const(token.value == "TRUE")
-        return self.parse_test()
-
-    def parse_test(self) -> Expr:
-        left_token = self.peek()
-        left = self.parse_operand()
-        token = self.peek()
-        if token.kind == "op":
-            self.advance()
-            right_token = self.peek()
-            right = self.parse_operand()
-            return self.make_compare(str(token.value), left, left_token, right, right_token)
-        if self.is_kw("IS"):
-            column = self.need_column(left, left_token, "IS NULL")
-            self.advance()
-            negated = self.is_kw("NOT")
-            if negated:
-                self.advance()
-            self.expect_kw("NULL", "after IS NOT" if negated else "after IS")
-            return Not(IsNull(column)) if negated else IsNull(column)
-        negated = False
-        if self.is_kw("NOT"):
-            negated = True
-            if not (self.is_kw("BETWEEN", 1) or self.is_kw("IN", 1)):
-                found = _describe(self.peek(1))
-                raise self.error(self.peek(1), f"expected BETWEEN or IN after NOT, found {found}")
-            self.advance()
-        if self.is_kw("BETWEEN"):
-            column = self.need_column(left, left_token, "BETWEEN")
-            self.advance()
-            low = self.parse_value("a BETWEEN")
-            self.expect_kw("AND", "between the BETWEEN bounds")
-            high = self.parse_value("a BETWEEN")
-            between = Between(column, low, high)
-            return Not(between) if negated else between
-        if self.is_kw("IN"):
-            column = self.need_column(left, left_token, "IN")
-            self.advance()
-            opening = self.peek()
-            if opening.kind != "(":
-                raise self.error(opening, f"expected '(' after IN, found {_describe(opening)}")
-            self.advance()
-            values = [self.parse_value("an IN list")]
-            while self.peek().kind == ",":
-                self.advance()
-                values.append(self.parse_value("an IN list"))
-            closing = self.peek()
-            if closing.kind != ")":
-                raise self.error(
-                    closing, f"expected ',' or ')' in the IN list, found {_describe(closing)}"
-                )
-            self.advance()
-            in_expr = In(column, tuple(values))
-            return Not(in_expr) if negated else in_expr
-        if isinstance(left, Column) and (
-            token.kind in ("eof", ")") or (token.kind == "kw" and token.value in ("AND", "OR"))
-        ):
-            return Compare("=", left, Literal(True))  # a bare boolean column
-        if isinstance(left, Column):
-            raise self.error(
-                token,
-                f"expected a comparison operator, IS, IN or BETWEEN after column "
-                f"{left.name!r}, found {_describe(token)}",
-            )
-        raise self.error(token, f"expected a comparison operator, found {_describe(token)}")
-
-    def need_column(self, operand: Column | Literal, token: _Token, what: str) -> Column:
-        if not isinstance(operand, Column):
-            raise self.error(token, f"{what} needs a column on its left, found {_describe(token)}")
-        return operand
-
-    def make_compare(self, op: str, left: Column | Literal, left_token: _Token,
-                     right: Column | Literal, right_token: _Token) -> Compare:
-        for operand, token in ((left, left_token), (right, right_token)):
-            if isinstance(operand, Literal) and operand.value is None:
-                raise self.error(
-                    token,
-                    f"comparing with NULL using {op} is never true; "
-                    "use IS NULL or IS NOT NULL",
-                )
-        if isinstance(left, Column) and isinstance(right, Column):
-            raise self.error(right_token, "comparing two columns is not supported")
-        if isinstance(left, Literal) and isinstance(right, Literal):
-            raise self.error(left_token, "a comparison needs a column on one side")
-        return Compare(op, left, right)  # type: ignore[arg-type]  # Compare normalises sides
-
-    def parse_operand(self) -> Column | Literal:
-        token = self.peek()
-        if token.kind == "qident" or (token.kind == "ident" and not self.is_typed_literal()):
-            self.advance()
-            return Column(str(token.value))
-        return self.parse_value("a comparison")
-
-    def parse_value(self, context: str) -> Literal:
-        token = self.peek()
-        if token.kind in ("num", "str"):
-            self.advance()
-            return self.literal(token, token.value)
-        if token.kind == "kw" and token.value in ("TRUE", "FALSE", "NULL"):
-            self.advance()
-            value = None if token.value == "NULL" else token.value == "TRUE"
-            if value is None and context != "a comparison":
-                hint = ("NULL in an IN list never matches; use IS NULL"
-                        if context == "an IN list"
-                        else "a BETWEEN bound cannot be NULL")
-                raise self.error(token, hint)
-            return Literal(value)
-        if self.is_typed_literal():
-            keyword = str(token.value).upper()
-            self.advance()
-            body_token = self.advance()
-            body = str(body_token.value)
-            if keyword == "DATE":
-                parsed_date = parse_date(body)
-                if parsed_date is None:
-                    raise self.error(
-                        body_token, f"invalid DATE literal {body_token.text}: expected 'YYYY-MM-DD'"
-                    )
-                return Literal(parsed_date)
-            parsed = parse_timestamp(body)
-            if parsed is None:
-                raise self.error(
-                    body_token,
-                    f"invalid TIMESTAMP literal {body_token.text}: expected "
-                    "'YYYY-MM-DD HH:MM:SS[.ffffff][+HH:MM|Z]'",
-                )
-            return Literal(parsed)
-        if token.kind in ("ident", "qident"):
-            raise self.error(
-                token, f"expected a value in {context}, found column {str(token.value)!r}"
-            )
-        raise self.error(token, f"expected a value, found {_describe(token)}")
-
-    def literal(self, token: _Token, value: object) -> Literal:
+    def nested(self, node: exp.Expression, visit: Callable[[exp.Expression], object]) -> object:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise InvalidPredicate(f"the predicate is nested more than {MAX_NESTING} deep")
         try:
-            return Literal(value)  # type: ignore[arg-type]
-        except InvalidPredicate as exc:  # pragma: no cover - tokens only carry valid types
-            raise self.error(token, str(exc)) from None
+            return visit(node)
+        finally:
+            self.depth -= 1
+
+    def predicate(self, node: exp.Expression) -> Expr:
+        result = self.nested(node, self._predicate)
+        assert isinstance(result, Expr)
+        return result
+
+    def value(self, node: exp.Expression) -> Value:
+        result = self.nested(node, self._value)
+        assert isinstance(result, Value)
+        return result
+
+    def chain(self, node: exp.And | exp.Or) -> Expr:
+        kind = type(node)
+        operands: list[exp.Expression] = []
+        stack: list[exp.Expression] = [node]
+        while stack:  # left-deep chains of thousands of terms: no recursion
+            item = stack.pop()
+            if type(item) is kind:
+                stack.append(item.expression)
+                stack.append(item.this)
+            else:
+                operands.append(item)
+        combine = And if kind is exp.And else Or
+        result = self.predicate(operands[0])
+        for operand in operands[1:]:
+            result = combine(result, self.predicate(operand))
+        return result
+
+    def _predicate(self, node: exp.Expression) -> Expr:
+        if isinstance(node, (exp.And, exp.Or)):
+            return self.chain(node)
+        if isinstance(node, exp.Not):
+            return Not(self.predicate(node.this))
+        if isinstance(node, exp.Paren):
+            return self.predicate(node.this)
+        if isinstance(node, exp.Boolean):
+            return TRUE if node.this else FALSE
+        op = _COMPARE.get(type(node))
+        if op is not None:
+            return Compare(op, self.value(node.this), self.value(node.expression))
+        if isinstance(node, exp.Between):
+            if node.args.get("symmetric"):
+                raise _unsupported(node)
+            return Between(self.value(node.this), self.value(node.args["low"]),
+                           self.value(node.args["high"]))
+        if isinstance(node, exp.In):
+            return self.in_list(node)
+        if isinstance(node, exp.Is):
+            if not isinstance(node.expression, exp.Null):
+                raise UnsupportedExpression(
+                    f"IS {node.expression.sql()[:20]} is not supported in a where predicate; "
+                    "only IS NULL and IS NOT NULL"
+                )
+            return IsNull(self.value(node.this))
+        if isinstance(node, exp.Escape):
+            like = node.this
+            if not isinstance(like, (exp.Like, exp.ILike)):
+                raise _unsupported(node)
+            return self.like(like, _string(node.expression, "the ESCAPE character"))
+        if isinstance(node, (exp.Like, exp.ILike)):
+            return self.like(node, None)
+        # A value where a predicate belongs: a boolean column or expression.
+        value = self.value(node)
+        if isinstance(value, Literal):
+            if value.value is None:
+                raise InvalidPredicate("NULL is not a predicate; use IS NULL")
+            raise InvalidPredicate(f"{value} is not a predicate")
+        return Compare("=", value, Literal(True))
+
+    def in_list(self, node: exp.In) -> Expr:
+        if node.args.get("query") is not None or node.args.get("unnest") is not None \
+                or node.args.get("field") is not None:
+            raise _unsupported(node.args.get("query") or node)
+        values: list[Literal] = []
+        for item in node.expressions:
+            value = self.value(item)
+            if not isinstance(value, Literal):
+                raise UnsupportedExpression(
+                    f"IN lists must hold literal values, got {item.sql()[:60]}"
+                )
+            values.append(value)
+        return In(self.value(node.this), tuple(values))
+
+    def like(self, node: exp.Like | exp.ILike, escape: str | None) -> Expr:
+        if node.args.get("escape") is not None:
+            escape = _string(node.args["escape"], "the ESCAPE character")
+        pattern = _string(node.expression, "a LIKE pattern")
+        result: Expr = Like(self.value(node.this), pattern, escape,
+                            case_insensitive=isinstance(node, exp.ILike))
+        return Not(result) if node.args.get("negate") else result
+
+    def _value(self, node: exp.Expression) -> Value:
+        if isinstance(node, exp.Column):
+            if node.args.get("table") is not None or node.args.get("db") is not None:
+                raise UnsupportedExpression(
+                    f"qualified column names are not supported: {node.sql()[:60]}; "
+                    "write the column name alone"
+                )
+            if not isinstance(node.this, exp.Identifier):
+                raise _unsupported(node.this)
+            return Column(str(node.this.this))
+        if isinstance(node, exp.Identifier):
+            return Column(str(node.this))
+        if isinstance(node, exp.Literal):
+            return Literal(str(node.this)) if node.is_string else _number(str(node.this))
+        if isinstance(node, exp.Boolean):
+            return Literal(bool(node.this))
+        if isinstance(node, exp.Null):
+            return Literal(None)
+        if isinstance(node, exp.Paren):
+            return self.value(node.this)
+        if isinstance(node, exp.Neg):
+            return _negate(self.value(node.this))
+        op = _ARITH.get(type(node))
+        if op is not None:
+            return Arith(op, self.value(node.this), self.value(node.expression))
+        if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
+            typed = _typed_literal(node)
+            if typed is not None:
+                return typed
+            return Cast(self.value(node.this), node.to.sql(dialect="duckdb"))
+        if isinstance(node, exp.Anonymous):
+            return Func(str(node.this), tuple(self.value(a) for a in node.expressions))
+        mapped = _FUNCS.get(type(node))
+        if mapped is not None:
+            return self.function(node, *mapped)
+        if type(node) in _NAMES:
+            raise _unsupported(node)
+        if isinstance(node, exp.Func) and not isinstance(node, exp.Predicate | exp.Connector):
+            raise UnknownFunction(node.sql_name().lower(), sorted(set(FUNCTIONS) - {"negate"}))
+        if isinstance(node, exp.Predicate | exp.Connector | exp.Not):
+            raise UnsupportedExpression(
+                f"a predicate cannot be used as a value: {node.sql()[:60]}"
+            )
+        raise _unsupported(node)
+
+    def function(self, node: exp.Expression, name: str, keys: tuple[str, ...]) -> Func:
+        if isinstance(node, exp.Trim):
+            position = node.args.get("position")
+            name = _TRIM_POSITION.get(str(position).upper() if position else None, "")
+            if not name:
+                raise _unsupported(node)
+        extra = [k for k, v in node.args.items()
+                 if k not in keys and k != "position" and v not in (None, [], False)]
+        if extra:
+            raise UnsupportedExpression(
+                f"{name}() with {', '.join(extra)} is not supported: {node.sql()[:60]}"
+            )
+        args: list[Value] = []
+        for key in keys:
+            item = node.args.get(key)
+            if isinstance(item, list):
+                args.extend(self.value(a) for a in item)
+            elif item is not None:
+                args.append(self.value(item))
+        return Func(name, tuple(args))
+
+
+@lru_cache(maxsize=512)
+def _parse_cached(text: str) -> Expr:
+    if not text.strip():
+        raise _syntax_error(text, len(text), "the predicate is empty")
+    try:
+        trees = sqlglot.parse(text, dialect="duckdb")
+    except (ParseError, TokenError) as exc:
+        raise _from_parse_error(text, exc) from None
+    except RecursionError:
+        raise InvalidPredicate(
+            f"the predicate is nested more than {MAX_NESTING} deep"
+        ) from None
+    except Exception as exc:  # sqlglot is third-party: any failure is a syntax error
+        raise _syntax_error(text, len(text), str(exc).split("\n")[0][:200]) from None
+    trees = [t for t in trees if t is not None]
+    if len(trees) != 1:
+        raise _syntax_error(text, len(text),
+                            "expected one expression" if trees else "the predicate is empty")
+    tree = trees[0]
+    assert isinstance(tree, exp.Expression)
+    if isinstance(tree, exp.Alias):  # "a = 1 extra": sqlglot reads a trailing word as an alias
+        extra = tree.alias or "text"
+        offset = text.rfind(extra)
+        raise _syntax_error(text, offset if offset >= 0 else len(text),
+                            f"unexpected {extra!r} after the predicate (a missing AND or OR?)")
+    if isinstance(tree, (exp.Query, exp.Command, exp.DDL, exp.DML)):
+        raise _unsupported(trees[0])  # type: ignore[arg-type]
+    try:
+        return _Translator().predicate(tree)
+    except RecursionError:
+        raise InvalidPredicate(
+            f"the predicate is nested more than {MAX_NESTING} deep"
+        ) from None
 
 
 def parse_sql(text: str) -> Expr:
-    """Parse a SQL ``where`` predicate into an unbound :class:`Expr`.
+    """Parse SQL predicate text into an unbound :class:`Expr`.
 
-    Raises :class:`~caslake.errors.InvalidPredicate` (with the position of the
-    offending token) for any text that is not a predicate of the dialect.
+    Raises :class:`~caslake.errors.InvalidPredicate` (or a subclass) for
+    anything that is not a well-formed predicate caslake evaluates.
     """
     if not isinstance(text, str):
-        raise InvalidPredicate(
-            f"a SQL predicate must be a string, got {type(text).__name__}"
-        )
-    try:
-        return _Parser(text).parse()
-    except RecursionError:  # pragma: no cover - nesting is bounded above
-        raise InvalidPredicate("malformed where: the predicate is nested too deeply") from None
+        raise InvalidPredicate(f"a where predicate must be a string, got {type(text).__name__}")
+    if len(text) > _MAX_TEXT:
+        raise InvalidPredicate(f"the predicate is longer than {_MAX_TEXT} characters")
+    return _parse_cached(text)
+
+
+
+

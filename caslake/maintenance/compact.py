@@ -33,13 +33,12 @@ from dataclasses import dataclass, replace
 from caslake.errors import ConcurrentModification, CorruptMetadata, InvalidArgument
 from caslake.format.manifest import DataFile
 from caslake.table.changes import Changes
+from caslake.table.history import COMPACT
 from caslake.table.metadata_io import Snapshot
 from caslake.table.requirements import FilesUntouchedSince
 from caslake.table.runner import CommitResult, TableContext, noop_result, run_operation
 from caslake.table.scan import Scan, SnapshotSubset
 from caslake.table.write import write_data_files
-
-COMPACT = "compact"
 
 
 @dataclass(frozen=True)
@@ -84,27 +83,27 @@ def compact(ctx: TableContext, *, target_file_size: int | None = None,
         raise InvalidArgument("compact needs target_file_size > 0, 0 < deleted_fraction <= 1 "
                               "and max_replans >= 0")
     started = ctx.meter()
-    replans = 0  # rounds lost to a concurrent change of a picked file (each >= 1 attempt)
+    spent = 0  # commit attempts of rounds lost to a concurrent change of a picked file
     for attempt in range(max_replans + 1):
         base = ctx.refresh()
         plan = plan_compaction(ctx, base, target_file_size=target,
                                deleted_fraction=deleted_fraction)
         if plan is None:
-            return noop_result(ctx, COMPACT, base, started=started)
+            return noop_result(ctx, COMPACT, base, started=started, attempts=spent)
         new_files = _rewrite(ctx, plan, target)
         untouched = FilesUntouchedSince(plan.base, frozenset(f.path for f in plan.removed),
                                         COMPACT)
         try:
             result = run_operation(ctx, COMPACT, _prepare(plan, new_files),
                                    requirements=(untouched,), started=started)
-        except ConcurrentModification:
+        except ConcurrentModification as e:
             if attempt == max_replans:
                 raise
-            replans += 1
+            spent += e.attempts
             continue  # a picked file changed: plan again from the new version
         # The summary counts the rewritten rows as deleted with their old files; they
         # are all in the new files, so compaction reports no row deleted.
-        return replace(result, attempts=result.attempts + replans, rows_deleted=0)
+        return replace(result, attempts=result.attempts + spent, rows_deleted=0)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

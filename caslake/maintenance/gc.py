@@ -14,6 +14,9 @@ The rules (docs/protocol.md, "GC"):
   ``data/`` or ``tombstone/`` is deleted only if no retained version references
   it (its manifest, the segments it reads, its data files, its tombstones) and
   it was last modified before the cutoff.  The pointer is never deleted.
+* **Lock files.** Then the store's unused lock files are collected
+  (``ObjectStore.collect_stale_locks``: the local store's per-key flock files,
+  removed only while held exclusively; see :mod:`caslake.store.local`).
 
 A crash at any point leaves a valid table: the marker is an ordinary commit,
 and every deletion removes an object no retained version can reach.  Running GC
@@ -24,14 +27,15 @@ commits only through :func:`caslake.table.runner.run_operation`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from caslake.errors import InvalidArgument
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TOMBSTONE_PREFIX
+from caslake.store.base import ObjectStore
 from caslake.table.changes import Changes
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.runner import TableContext, run_operation
@@ -40,6 +44,22 @@ MIN_RETENTION = timedelta(hours=24)
 DEFAULT_RETENTION = timedelta(days=7)
 _PREFIXES = (MANIFEST_PREFIX, SEGMENT_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
 EXPIRE = "expire"  # the operation of GC's marker commit
+
+
+class ExtraRoots(Protocol):
+    """What another feature stored next to the table needs kept (e.g. an export):
+    ``keep`` -- keys gc must not delete (its own objects, and caslake data files it
+    points at); ``prefixes`` -- where its objects live, so gc collects the ones
+    ``keep`` does not name (by the same age rule as caslake's own)."""
+
+    @property
+    def prefixes(self) -> tuple[str, ...]: ...
+
+    @property
+    def keep(self) -> frozenset[str]: ...
+
+
+RootsProvider = Callable[[ObjectStore], ExtraRoots]
 
 
 @dataclass
@@ -54,6 +74,8 @@ class GcReport:
     deleted: dict[str, list[str]] = field(default_factory=dict)  # prefix -> keys
     bytes_deleted: int = 0
     kept_too_young: int = 0  # unreferenced, but modified after the cutoff
+    multipart_aborted: int = 0  # unfinished multipart uploads begun before the cutoff
+    lock_files_deleted: int = 0  # the store's unused lock files (local store only)
 
     @property
     def deleted_count(self) -> int:
@@ -65,7 +87,9 @@ class GcReport:
                 "retained_versions": self.retained_versions,
                 "deleted": {k: len(v) for k, v in sorted(self.deleted.items())},
                 "deleted_keys": {k: sorted(v) for k, v in sorted(self.deleted.items())},
-                "bytes_deleted": self.bytes_deleted, "kept_too_young": self.kept_too_young}
+                "bytes_deleted": self.bytes_deleted, "kept_too_young": self.kept_too_young,
+                "multipart_aborted": self.multipart_aborted,
+                "lock_files_deleted": self.lock_files_deleted}
 
 
 def check_retention(retention: timedelta, force: bool) -> None:
@@ -81,9 +105,11 @@ def check_retention(retention: timedelta, force: bool) -> None:
 
 def collect_garbage(ctx: TableContext, *, retention: timedelta = DEFAULT_RETENTION,
                     dry_run: bool = False, now: datetime | None = None,
-                    force: bool = False) -> GcReport:
+                    force: bool = False, extra_roots: Sequence[RootsProvider] = ()
+                    ) -> GcReport:
     """Expire versions older than ``retention`` and delete what no retained version
-    references.  ``now`` is injectable for tests; it defaults to the handle's clock."""
+    references, nor any of ``extra_roots`` keeps.  ``now`` is injectable for tests;
+    it defaults to the handle's clock."""
     check_retention(retention, force)
     now = now or datetime.fromtimestamp(ctx.now_ms() / 1000, UTC)
     if now.tzinfo is None:
@@ -97,10 +123,15 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta = DEFAULT_RETENTI
         head = _commit_marker(ctx, oldest)
     retained = _retained(io, head, oldest)
     referenced = _referenced(io, retained)
+    prefixes = list(_PREFIXES)
+    for provider in extra_roots:  # read after the marker: what exports reference now
+        roots = provider(ctx.store)
+        referenced |= roots.keep
+        prefixes += [p for p in roots.prefixes if p not in prefixes]
     report = GcReport(dry_run=dry_run, cutoff=cutoff, head_version=head.version,
                       oldest_version=oldest, retained_versions=len(retained))
     doomed: list[tuple[str, int]] = []
-    for prefix in _PREFIXES:
+    for prefix in prefixes:
         for meta in ctx.store.list(prefix):
             if meta.key in referenced:
                 continue
@@ -112,6 +143,17 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta = DEFAULT_RETENTI
             report.bytes_deleted += meta.size
     if not dry_run:
         _delete_all(ctx, (k for k, _ in doomed))
+        report.lock_files_deleted = ctx.store.collect_stale_locks()
+    # Unfinished multipart uploads (a purge that died mid-splice) are invisible to
+    # list() but billed: abort those begun before the cutoff.  An upload of unknown
+    # age is kept, as a young object is.
+    for prefix in _PREFIXES:
+        for upload in ctx.store.list_multipart_uploads(prefix):
+            if upload.initiated is None or upload.initiated >= cutoff:
+                continue
+            report.multipart_aborted += 1
+            if not dry_run:
+                ctx.store.abort_multipart_upload(upload)
     ctx.refresh()
     return report
 

@@ -55,6 +55,8 @@ class Changes:
     txn: tuple[str, int] | None = None
     # GC's expiry marker: raise the manifest's oldest_version (never lowers it).
     oldest_version: int | None = None
+    # Table properties set (added or replaced) by this commit.
+    properties: Mapping[str, str] | None = None
 
 
 class Requirement(Protocol):
@@ -248,7 +250,8 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
         operation=changes.operation, schema=schema or bm.schema, files=tuple(files),
         segments=tuple(segments), removed=frozenset(removed), tombstones=tuple(tombstones),
         ancestors=_ancestors(base),
-        operation_params=dict(changes.params), summary=summary, properties=bm.properties,
+        operation_params=dict(changes.params), summary=summary,
+        properties={**bm.properties, **(changes.properties or {})},
         txns=txns, totals=totals,
         oldest_version=max(bm.oldest_version, changes.oldest_version or 0))
     return manifest_key(version, token), manifest

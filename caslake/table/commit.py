@@ -41,6 +41,7 @@ from functools import partial
 from typing import TypeVar
 
 from caslake.errors import (
+    CommitConflict,
     CommitOutcomeUnknown,
     CorruptMetadata,
     NotFound,
@@ -223,6 +224,8 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
         except CommitOutcomeUnknown:
             raise
         except Exception as err:  # not BaseException: a SimulatedCrash is a dead process
+            if isinstance(err, CommitConflict) and not err.attempts:
+                err.attempts = attempt  # a requirement failed on this attempt's base
             if not unsettled:
                 raise
             mine = _settle_open(io, key, commit_id, unsettled, policy, err)

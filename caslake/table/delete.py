@@ -29,7 +29,17 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from caslake.errors import InvalidArgument
-from caslake.expr import And, BoundExpr, Compare, Expr, col, compile_where, might_match
+from caslake.expr import (
+    And,
+    BoundExpr,
+    Column,
+    Compare,
+    Expr,
+    Literal,
+    col,
+    compile_where,
+    might_match,
+)
 from caslake.format.keys import tombstone_key
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.stats import data_file_stats, value_to_json
@@ -154,6 +164,14 @@ def plan_delete(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache
     return plan
 
 
+def _simple(e: object) -> tuple[str, str, Any] | None:
+    """(column, op, value) of a bound ``column op literal`` comparison; None for
+    anything else (column against column, computed values)."""
+    if isinstance(e, Compare) and isinstance(e.left, Column) and isinstance(e.right, Literal):
+        return e.left.name, e.op, e.right.value
+    return None
+
+
 def simple_range(bound: BoundExpr | None) -> tuple[str, Any, Any] | None:
     """(column, low, high) when the predicate is ``c = v`` or ``c >= lo AND c <= hi``
     on an integer, string, date or timestamp column; else None."""
@@ -161,12 +179,14 @@ def simple_range(bound: BoundExpr | None) -> tuple[str, Any, Any] | None:
         return None
     e = bound.expr
     found: tuple[str, Any, Any] | None = None
-    if isinstance(e, Compare) and e.op == "=":
-        found = (e.left.name, e.right.value, e.right.value)
-    elif isinstance(e, And) and isinstance(e.left, Compare) and isinstance(e.right, Compare):
-        ops = {e.left.op: e.left, e.right.op: e.right}
-        if set(ops) == {">=", "<="} and e.left.left.name == e.right.left.name:
-            found = (e.left.left.name, ops[">="].right.value, ops["<="].right.value)
+    one = _simple(e)
+    if one is not None and one[1] == "=":
+        found = (one[0], one[2], one[2])
+    elif isinstance(e, And):
+        a, b = _simple(e.left), _simple(e.right)
+        if a is not None and b is not None and a[0] == b[0] and {a[1], b[1]} == {">=", "<="}:
+            low, high = (a, b) if a[1] == ">=" else (b, a)
+            found = (a[0], low[2], high[2])
     if found is None:
         return None
     t = bound.schema.field(found[0]).type

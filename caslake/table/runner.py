@@ -17,6 +17,7 @@ plan's files are already on storage) and never imports anything above
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from caslake.table.changes import Changes, Requirement
 from caslake.table.commit import CommitPolicy, commit_with_retry
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.footers import FooterCache
+from caslake.table.history import commit_counts
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.write import WriteOptions
 
@@ -54,6 +56,9 @@ class CommitResult:
     bytes_out: int = 0
 
 
+_log = logging.getLogger("caslake.table")
+
+
 def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -79,6 +84,10 @@ class TableContext:
         self.commit_policy = commit_policy or CommitPolicy()
         self.now_ms = now_ms
         self._snapshot = snapshot
+        # Called with each new version right after an operation commits it, in the
+        # same call (e.g. exports registered from a layer above).  A hook's error is
+        # logged, never raised: the commit has landed.
+        self.on_commit: list[Callable[[Snapshot], None]] = []
 
     @property
     def snapshot(self) -> Snapshot:
@@ -103,6 +112,16 @@ def _cost(ctx: TableContext, started: dict[str, int]) -> dict[str, int]:
     return {k: now.get(k, 0) - started.get(k, 0) for k in now}
 
 
+def _after_commit(ctx: TableContext, snapshot: Snapshot) -> None:
+    for hook in ctx.on_commit:
+        try:
+            hook(snapshot)
+        except Exception:  # the commit stands whatever a hook does; say so and go on
+            _log.exception("after-commit hook %s failed on version %s of %s (the commit "
+                           "stands)", getattr(hook, "__name__", hook), snapshot.version,
+                           ctx.store.uri)
+
+
 def run_operation(ctx: TableContext, operation: str,
                   prepare: Callable[[Snapshot], Changes | None], *,
                   requirements: Sequence[Requirement] = (), started: dict[str, int],
@@ -117,28 +136,27 @@ def run_operation(ctx: TableContext, operation: str,
                                 policy=ctx.commit_policy, now_ms=ctx.now_ms,
                                 commit_id=commit_id, pointer_key=ctx.pointer_key)
     ctx._set_snapshot(outcome.snapshot)
+    if not outcome.noop:
+        _after_commit(ctx, outcome.snapshot)
     m = outcome.snapshot.manifest
-    summary = {} if outcome.noop else m.summary
     requests = _cost(ctx, started)
     return CommitResult(
         version=m.version, commit_id=outcome.commit_id, operation=operation,
-        attempts=outcome.attempts, files_added=summary.get("added_files", 0),
-        rows_added=summary.get("added_rows", 0),
-        files_removed=summary.get("removed_files", 0),
-        rows_deleted=summary.get("deleted_rows", 0),
-        tombstones_added=summary.get("added_tombstones", 0), noop=outcome.noop,
+        attempts=outcome.attempts, **({} if outcome.noop else commit_counts(m)),
+        noop=outcome.noop,
         requests=requests, bytes_in=requests.get("bytes_in", 0),
         bytes_out=requests.get("bytes_out", 0))
 
 
 def noop_result(ctx: TableContext, operation: str, snapshot: Snapshot, *,
-                started: dict[str, int], commit_id: str | None = None) -> CommitResult:
+                started: dict[str, int], commit_id: str | None = None,
+                attempts: int = 0) -> CommitResult:
     """The report of an operation that found nothing to commit on ``snapshot`` (which
-    becomes the handle's)."""
+    becomes the handle's), after ``attempts`` commit attempts (rounds it lost)."""
     ctx._set_snapshot(snapshot)
     requests = _cost(ctx, started)
     return CommitResult(snapshot.version,
                         snapshot.manifest.commit_id if commit_id is None else commit_id,
-                        operation, 0, noop=True, requests=requests,
+                        operation, attempts, noop=True, requests=requests,
                         bytes_in=requests.get("bytes_in", 0),
                         bytes_out=requests.get("bytes_out", 0))

@@ -35,8 +35,17 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from caslake.errors import CorruptMetadata, InvalidArgument, UnknownColumn
-from caslake.expr import Expr, compile_where, might_match, referenced_columns, to_arrow
+from caslake.errors import CorruptMetadata, InvalidArgument
+from caslake.expr import (
+    Expr,
+    compile_where,
+    filter_table,
+    is_computed,
+    might_match,
+    referenced_columns,
+    resolve_column,
+    to_arrow,
+)
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.parquet import SCAN_FORMAT, VERIFY_PAGE_CHECKSUMS, FooterInfo
 from caslake.format.schema import TableSchema
@@ -45,6 +54,7 @@ from caslake.format.stats import column_stats, data_file_stats
 from caslake.store.base import GET_RANGE
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.table.footers import FooterCache
+from caslake.table.interop import ArrowExport
 from caslake.table.metadata_io import MetadataIO, Snapshot
 
 POSITION = "__pos"
@@ -194,9 +204,10 @@ class _SparseFile(io.RawIOBase):
                               " (footer offsets do not match the column chunks)")
 
 
-class Scan:
+class Scan(ArrowExport):
     """A planned read of one snapshot, or of a :class:`SnapshotSubset` of one.
-    Build it with ``Table.scan``."""
+    Build it with ``Table.scan``.  DuckDB, Polars and pyarrow read it directly
+    (``__arrow_c_stream__``, :mod:`caslake.table.interop`)."""
 
     def __init__(self, io_: MetadataIO, footers: FooterCache,
                  snapshot: Snapshot | SnapshotSubset,
@@ -213,9 +224,8 @@ class Scan:
         if columns is not None:
             if isinstance(columns, str):
                 columns = [columns]
-            for c in columns:
-                if c not in names:
-                    raise UnknownColumn(c, names)
+            # Names resolve as in a where predicate: exact, else unique ignoring case.
+            columns = [c if c in names else resolve_column(c, names) for c in columns]
         self.columns = list(columns) if columns is not None else names
         self._bound = compile_where(where, self._arrow_schema)
         pred_cols = referenced_columns(self._bound) if self._bound is not None else set()
@@ -458,7 +468,7 @@ class Scan:
         """Decode, drop deleted rows, filter, project.  ``with_positions`` adds a
         ``__pos`` column with each surviving row's position in the file."""
         if (task.mask is None and not with_positions and self.columns
-                and self._bound is not None):
+                and self._bound is not None and not is_computed(self._bound)):
             path = self._store.local_path(task.file.path, etag=task.footer.etag)
             if path is not None:
                 self._store.counters.record(GET_RANGE, bytes_in=task.footer.chunk_bytes(
@@ -487,7 +497,7 @@ class Scan:
             if keep is not None:
                 table = table.filter(pa.array(keep, pa.bool_()))
         if self._bound is not None:
-            table = table.filter(to_arrow(self._bound))
+            table = filter_table(table, self._bound)
         return table.select([*self.columns, POSITION] if with_positions else self.columns)
 
     def matching_rows(self) -> Iterator[tuple[FileTask, pa.Table]]:
@@ -525,6 +535,9 @@ class Scan:
 
     def to_reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
+
+    def _export_reader(self) -> pa.RecordBatchReader:
+        return self.to_reader()
 
     def to_arrow(self) -> pa.Table:
         return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Self
 
@@ -35,10 +34,12 @@ from caslake.format.manifest import Manifest, Pointer, format_ts
 from caslake.format.schema import TableSchema
 from caslake.store import open_store
 from caslake.store.base import ObjectStore, PutMode
-from caslake.table.changes import check_txn, txn_applied, write_prepare
+from caslake.table.changes import Changes, check_txn, txn_applied, write_prepare
 from caslake.table.commit import CommitPolicy
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.footers import FooterCache
+from caslake.table.history import HistoryEntry, complete_summary
+from caslake.table.interop import ArrowExport, live_file_list
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.requirements import write_requirements
 from caslake.table.runner import CommitResult, TableContext, noop_result, run_operation
@@ -47,19 +48,6 @@ from caslake.table.transaction import Transaction
 from caslake.table.write import WriteOptions, as_reader, write_data_files
 
 __all__ = ["CommitResult", "HistoryEntry", "TableCore"]
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    version: int
-    created_at: datetime
-    operation: str
-    commit_id: str
-    manifest: str
-    params: dict[str, str]
-    summary: dict[str, int]
-    total_rows: int
-    total_files: int
 
 
 def _ts_to_ms(as_of: datetime | str | int | float) -> int:
@@ -77,7 +65,11 @@ def _ts_to_ms(as_of: datetime | str | int | float) -> int:
     raise InvalidArgument(f"as_of must be a datetime, ISO string or epoch ms, not {as_of!r}")
 
 
-class TableCore:
+class TableCore(ArrowExport):
+    """``pa.table(t)``, ``duckdb.sql('select ... from t')``, ``pl.DataFrame(t)``,
+    ``t.to_pandas()`` and ``t.to_polars()`` read the latest version (see
+    :mod:`caslake.table.interop`)."""
+
     def __init__(self, store: ObjectStore, snapshot: Snapshot, *,
                  write_options: WriteOptions | None = None,
                  commit_policy: CommitPolicy | None = None, io: MetadataIO | None = None,
@@ -195,17 +187,35 @@ class TableCore:
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
 
+    def _export_reader(self) -> pa.RecordBatchReader:
+        return self.scan().to_reader()
+
+    def live_files(self, version: int | None = None) -> list[dict[str, Any]]:
+        """The live data files of the latest version (or ``version``): full ``uri``,
+        ``path``, ``rows``, ``deleted_rows`` (rows tombstones hide: another engine
+        reading the file directly sees them) and ``bytes``."""
+        return live_file_list(self.store, self.io, self._resolve(version, None))
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The table properties at the latest version."""
+        return dict(self._resolve(None, None).manifest.properties)
+
+    def set_properties(self, updates: dict[str, str]) -> CommitResult:
+        """Set (add or replace) table properties as one new version."""
+        if not isinstance(updates, dict) or not updates or not all(
+                isinstance(k, str) and k and isinstance(v, str) for k, v in updates.items()):
+            raise InvalidArgument("set_properties needs a non-empty dict of non-empty string "
+                                  f"keys to string values, not {updates!r}")
+        ctx = self.context
+        started = ctx.meter()
+        changes = Changes("set_properties", properties=dict(updates),
+                          params={"keys": ",".join(sorted(updates))})
+        return run_operation(ctx, "set_properties", lambda base: changes, started=started)
+
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         head = self._resolve(None, None)
-        out = []
-        for s in self.io.history(head, limit):
-            m = s.manifest
-            out.append(HistoryEntry(
-                version=m.version, created_at=datetime.fromtimestamp(m.created_at_ms / 1000, UTC),
-                operation=m.operation, commit_id=m.commit_id, manifest=s.key,
-                params=dict(m.operation_params), summary=dict(m.summary),
-                total_rows=m.totals.live_rows, total_files=m.totals.files))
-        return out
+        return [HistoryEntry.of(s.manifest, s.key) for s in self.io.history(head, limit)]
 
     # --- writes --------------------------------------------------------------------
 
@@ -253,16 +263,19 @@ class TableCore:
         tx.delete(where)
         return tx.commit()
 
-    def upsert(self, data: Any, key: list[str] | str, *,
-               read_version: int | None = None) -> CommitResult:
+    def upsert(self, data: Any, key: list[str] | str, *, read_version: int | None = None,
+               on_duplicate: str = "error") -> CommitResult:
         """CDC-style change in one commit: delete the current rows whose ``key``
         columns equal a key in ``data``, then append ``data``.
 
         For a read-modify-write (new values computed from rows read at version
         ``v``), pass ``read_version=v``: the upsert then raises ReadValidationFailed
-        instead of committing over a concurrent change to any of those keys."""
+        instead of committing over a concurrent change to any of those keys.
+
+        A key twice in ``data`` raises DuplicateKey; ``on_duplicate="last"`` (or
+        ``"first"``) keeps that row of each key instead."""
         tx = Transaction(self.context, read_version=read_version)
-        tx.upsert(data, key)
+        tx.upsert(data, key, on_duplicate=on_duplicate)
         return tx.commit()
 
     def transaction(self, *, read_version: int | None = None) -> Transaction:
@@ -304,7 +317,8 @@ def _create(store: ObjectStore, schema: pa.Schema, properties: dict[str, str] | 
     commit_id, token = new_token(), new_token()
     manifest = Manifest(table_id=new_token(), version=0, parent=None, commit_id=commit_id,
                         created_at_ms=int(time.time() * 1000), operation="create",
-                        schema=table_schema, properties=dict(properties or {}))
+                        schema=table_schema, properties=dict(properties or {}),
+                        summary=complete_summary({}))
     key = manifest_key(0, token)
     store.put(key, manifest.to_bytes(), mode=PutMode.CREATE)
     pointer = Pointer(manifest.table_id, 0, key, commit_id)

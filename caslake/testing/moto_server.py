@@ -1,4 +1,5 @@
-"""Run a local S3-compatible server (``python -m moto.server``) on a free loopback port.
+"""Run a local S3-compatible server (moto, with its conditional writes made atomic,
+see :mod:`caslake.testing.atomic_moto`) on a free loopback port.
 
 Needs ``moto[server]`` installed (the ``dev`` extra).  Used by the test
 session, the benchmarks and anyone who wants a throwaway S3 endpoint.
@@ -46,7 +47,7 @@ def run_moto_server(timeout: float = 30.0) -> Iterator[str]:
     env.update({"AWS_ACCESS_KEY_ID": DUMMY_KEY_ID, "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET,
                 "AWS_DEFAULT_REGION": REGION})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "caslake.testing.atomic_moto", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     try:

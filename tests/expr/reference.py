@@ -20,15 +20,17 @@ Semantics the oracle encodes (the documented contract of caslake.expr):
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 from hypothesis import strategies as st
 
-from caslake.expr import FALSE, TRUE, Expr, col, lit
+from caslake.expr import FALSE, TRUE, Compare, Expr, col, func, lit
 
 Pred = tuple[Any, ...]
 Row = dict[str, Any]
@@ -54,7 +56,7 @@ def _ints(*values: int) -> st.SearchStrategy[int]:
 _FLOAT_DATA = [-1.5, -0.0, 0.0, 0.5, 1.0, 2.0, 2.5, math.nan, math.inf, -math.inf,
                9007199254740992.0, 1.7976931348623157e308]
 _F32_DATA = [0.5, 0.10000000149011612, 16777216.0, 3.4028234663852886e38, -0.0, 1.0, math.nan]
-_STRINGS = st.text(alphabet="ab'é Z\x00\"", max_size=3)
+_STRINGS = st.text(alphabet="abA'é Z\x00\"", max_size=3)
 _DATES = st.sampled_from([date(2019, 12, 31) + timedelta(days=k) for k in range(4)])
 _TIMES = st.sampled_from([BASE + timedelta(seconds=s, microseconds=us)
                           for s in (-1, 0, 1, 3600) for us in (0, 1, 500_000)])
@@ -97,6 +99,14 @@ COLUMNS: list[ColumnSpec] = [
                          _ints(16777216, 16777217, 0)),
                "float"),
     ColumnSpec("s", pa.string(), _STRINGS, _STRINGS, "str"),
+    ColumnSpec("dec", pa.decimal128(9, 2),
+               st.sampled_from([Decimal(t) for t in ("0.05", "0.06", "0.07", "-0.05", "24.00",
+                                                     "9999999.99", "-9999999.99", "0.00")]),
+               st.one_of(st.sampled_from([Decimal(t) for t in (
+                   "0.05", "0.06", "0.065", "0.0700", "24", "-0.05", "9999999.99", "10000000",
+                   "-10000000.5", "0", "0.001")]),
+                   st.integers(-2, 25), st.sampled_from([0.05, 0.07, 0.065, 24.0, -0.05])),
+               "dec"),
     ColumnSpec("b", pa.bool_(), st.booleans(), st.booleans(), "bool"),
     ColumnSpec("d", pa.date32(), _DATES, _temporal_literals(), "date"),
     ColumnSpec("ts", pa.timestamp("us"), _TIMES, _temporal_literals(), "ts"),
@@ -140,9 +150,51 @@ def _leaf(draw: st.DrawFn) -> Pred:
     return ("isnull", spec.name, draw(st.booleans()))
 
 
-def predicates() -> st.SearchStrategy[Pred]:
-    """Random predicates: leaves combined with NOT / AND / OR (and constants)."""
+# Computed leaves: each is (tag, ...), evaluated by _computed() below.
+_LIKE_PATTERNS = st.one_of(st.text(alphabet="aAbzZ%_'é", max_size=4),
+                           st.sampled_from(["a%", "A%", "%a%", "_", "%A", "a_", "%", "ab%"]))
+_COL_PAIRS = [("i", "i8"), ("i8", "f"), ("ts", "ts_s"), ("s", "s"), ("dec", "i8"), ("dec", "dec")]
+
+
+@st.composite
+def _computed_leaf(draw: st.DrawFn) -> Pred:
+    kind = draw(st.sampled_from(["like", "like", "colcmp", "arith", "func", "cast"]))
+    op = draw(st.sampled_from(_OPS))
+    if kind == "like":
+        return ("like", draw(_LIKE_PATTERNS), draw(st.booleans()), draw(st.booleans()))
+    if kind == "colcmp":
+        left, right = draw(st.sampled_from(_COL_PAIRS))
+        return ("colcmp", left, op, right)
+    if kind == "arith":
+        column = draw(st.sampled_from(["i8", "f", "dec"]))
+        arith = draw(st.sampled_from(["+", "-", "*", "/"]))
+        k = draw(st.sampled_from([1, 2, 3, -1]))
+        return ("arith", column, arith, k, op, draw(st.integers(-5, 130)))
+    if kind == "func":
+        name, column, literals = draw(st.sampled_from([
+            ("lower", "s", _STRINGS), ("upper", "s", _STRINGS),
+            ("length", "s", st.integers(0, 4)), ("abs", "i8", st.integers(-2, 130)),
+            ("year", "d", st.sampled_from([2019, 2020])), ("day", "d", st.integers(1, 31)),
+            ("coalesce", "i8", st.integers(-3, 3)),
+        ]))
+        return ("func", name, column, op, draw(literals))
+    target, column, literals = draw(st.sampled_from([
+        ("DOUBLE", "i8", st.sampled_from([0.5, 1.0, -128.0])),
+        ("VARCHAR", "i8", st.sampled_from(["1", "-1", "10", "127"])),
+        ("DATE", "ts", _DATES),
+        ("DECIMAL(10,2)", "i8", st.sampled_from([Decimal("1.00"), Decimal("0.5"), 2])),
+        ("BIGINT", "dec", st.integers(-2, 25)),
+    ]))
+    return ("cast", target, column, op, draw(literals))
+
+
+def predicates(computed: bool = True) -> st.SearchStrategy[Pred]:
+    """Random predicates: leaves (simple and, unless ``computed`` is False,
+    computed: LIKE, column against column, arithmetic, functions, CAST)
+    combined with NOT / AND / OR and constants."""
     leaves = st.one_of(_leaf(), _leaf(), _leaf(), st.booleans().map(lambda b: ("const", b)))
+    if computed:
+        leaves = st.one_of(leaves, _computed_leaf(), _computed_leaf())
     return st.recursive(
         leaves,
         lambda inner: st.one_of(
@@ -152,6 +204,93 @@ def predicates() -> st.SearchStrategy[Pred]:
         ),
         max_leaves=6,
     )
+
+
+def _like_regex(pattern: str, case_insensitive: bool) -> re.Pattern[str]:
+    parts = [".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern]
+    return re.compile("".join(parts), re.DOTALL | (re.IGNORECASE if case_insensitive else 0))
+
+
+def _round_half_away(value: Decimal) -> int:
+    return int(value.to_integral_value(rounding="ROUND_HALF_UP"))
+
+
+def _computed_value(pred: Pred, row: Row) -> Any:
+    """The value a computed leaf compares (None for NULL)."""
+    tag = pred[0]
+    if tag == "arith":
+        _, column, arith, k, _op, _lit = pred
+        x = row[column]
+        if x is None:
+            return None
+        if arith == "/":
+            return float(x) / float(k)
+        if isinstance(x, float):
+            k = float(k)
+        return {"+": x + k, "-": x - k, "*": x * k}[arith]
+    if tag == "func":
+        _, name, column, _op, _lit = pred
+        x = row[column]
+        if name == "coalesce":
+            return 0 if x is None else x
+        if x is None:
+            return None
+        return {"lower": str.lower, "upper": str.upper, "length": len, "abs": abs,
+                "year": lambda d: d.year, "day": lambda d: d.day}[name](x)
+    _, target, column, _op, _lit = pred
+    x = row[column]
+    if x is None:
+        return None
+    if target == "DOUBLE":
+        return float(x)
+    if target == "VARCHAR":
+        return str(x)
+    if target == "DATE":
+        return x.date()
+    if target == "BIGINT":
+        return _round_half_away(x)
+    return Decimal(x).quantize(Decimal("0.01"))
+
+
+def _compare_values(op: str, a: Any, b: Any) -> bool | None:
+    if a is None or b is None:
+        return None
+    if isinstance(a, float) and isinstance(b, Decimal):
+        b = float(b)  # a decimal literal is cast to the float's type
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, Decimal):
+            a = float(a)
+        if isinstance(b, Decimal):
+            b = float(b)
+    if isinstance(a, Decimal) and isinstance(b, float):
+        b = Decimal(repr(b))
+    return _PY_OPS[op](a, b)
+
+
+def _evaluate_computed(pred: Pred, row: Row) -> bool | None:
+    tag = pred[0]
+    if tag == "like":
+        _, pattern, negated, case_insensitive = pred
+        x = row["s"]
+        if x is None:
+            return None
+        found = _like_regex(pattern, case_insensitive).fullmatch(x) is not None
+        return (not found) if negated else found
+    if tag == "colcmp":
+        _, left, op, right = pred
+        a, b = row[left], row[right]
+        if a is None or b is None:
+            return None
+        if isinstance(a, float) or isinstance(b, float):  # numbers widen to float64
+            a, b = float(a), float(b)
+        return _PY_OPS[op](a, b)
+    op, literal = pred[-2], pred[-1]
+    return _compare_values(op, _computed_value(pred, row), literal)
+
+
+def predicates_simple() -> st.SearchStrategy[Pred]:
+    """Predicates with simple leaves only (column against literals)."""
+    return predicates(computed=False)
 
 
 # --- reference evaluation -------------------------------------------------------
@@ -169,6 +308,8 @@ def _parse_iso(text: str) -> date | datetime:
 
 def _comparable(kind: str, x: Any, v: Any) -> tuple[Any, Any]:
     """Map a column value and a literal onto one Python type with exact ordering."""
+    if kind == "dec" and isinstance(v, float) and math.isfinite(v):
+        return x, Decimal(repr(v))  # a Python float stands for its shortest decimal
     if kind in ("date", "ts", "tstz") and isinstance(v, str):
         v = _parse_iso(v)
     if kind == "date":
@@ -188,6 +329,7 @@ def _comparable(kind: str, x: Any, v: Any) -> tuple[Any, Any]:
     return x, v
 
 
+_COMPUTED_TAGS = frozenset({"like", "colcmp", "arith", "func", "cast"})
 _PY_OPS: dict[str, Callable[[Any, Any], bool]] = {
     "=": lambda a, b: bool(a == b),
     "!=": lambda a, b: bool(a != b),
@@ -253,6 +395,8 @@ def evaluate(pred: Pred, row: Row) -> bool | None:
     if tag == "isnull":
         _, column, negated = pred
         return (row[column] is not None) if negated else (row[column] is None)
+    if tag in _COMPUTED_TAGS:
+        return _evaluate_computed(pred, row)
     raise AssertionError(pred)
 
 
@@ -278,7 +422,9 @@ def _sql_value(value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise Unrenderable(value)
-        return repr(value)
+        return repr(value) + ("" if "e" in repr(value) else "e0")  # 1.5 alone is a DECIMAL
+    if isinstance(value, Decimal):
+        return format(value, "f") + ("" if "." in format(value, "f") else ".0")
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     if isinstance(value, datetime):
@@ -315,7 +461,46 @@ def to_sql_text(pred: Pred) -> str:
     if tag == "isnull":
         _, column, negated = pred
         return f"{column} IS {'NOT ' if negated else ''}NULL"
+    if tag == "like":
+        _, pattern, negated, ci = pred
+        word = ("NOT " if negated else "") + ("ilike" if ci else "LIKE")
+        return f"s {word} {_sql_value(pattern)}"
+    if tag == "colcmp":
+        _, left, op, right = pred
+        return f"{left} {op} {right}"
+    if tag == "arith":
+        _, column, arith, k, op, literal = pred
+        return f"{column} {arith} {k} {op} {_sql_value(literal)}"
+    if tag == "func":
+        _, name, column, op, literal = pred
+        call = f"{name}({column}, 0)" if name == "coalesce" else f"{name}({column})"
+        return f"{call} {op} {_sql_value(literal)}"
+    if tag == "cast":
+        _, target, column, op, literal = pred
+        return f"CAST({column} AS {target}) {op} {_sql_value(literal)}"
     raise AssertionError(pred)
+
+
+def _computed_api(pred: Pred) -> Expr:
+    tag = pred[0]
+    if tag == "like":
+        _, pattern, negated, ci = pred
+        like = col("s").ilike(pattern) if ci else col("s").like(pattern)
+        return ~like if negated else like
+    if tag == "colcmp":
+        _, left, op, right = pred
+        return Compare(op, col(left), col(right))
+    if tag == "arith":
+        _, column, arith, k, op, literal = pred
+        c = col(column)
+        value = {"+": c + k, "-": c - k, "*": c * k, "/": c / k}[arith]
+        return Compare(op, value, lit(literal))
+    if tag == "func":
+        _, name, column, op, literal = pred
+        args = (col(column), 0) if name == "coalesce" else (col(column),)
+        return Compare(op, func(name, *args), lit(literal))
+    _, target, column, op, literal = pred
+    return Compare(op, col(column).cast(target), lit(literal))
 
 
 def to_api(pred: Pred) -> Expr:
@@ -355,4 +540,6 @@ def to_api(pred: Pred) -> Expr:
     if tag == "isnull":
         _, column, negated = pred
         return col(column).is_not_null() if negated else col(column).is_null()
+    if tag in _COMPUTED_TAGS:
+        return _computed_api(pred)
     raise AssertionError(pred)

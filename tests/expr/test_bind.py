@@ -5,11 +5,19 @@ from __future__ import annotations
 import math
 import struct
 from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
 
-from caslake.errors import InvalidArgument, InvalidPredicate, UnknownColumn
+from caslake.errors import (
+    AmbiguousColumn,
+    InvalidArgument,
+    InvalidPredicate,
+    PredicateEvaluationError,
+    UnknownColumn,
+    UnknownFunction,
+)
 from caslake.expr import (
     FALSE,
     TRUE,
@@ -20,12 +28,15 @@ from caslake.expr import (
     Expr,
     In,
     IsNull,
+    Like,
     Literal,
     Not,
     Or,
     bind,
     col,
     compile_where,
+    filter_table,
+    func,
     parse_sql,
     to_arrow,
 )
@@ -64,7 +75,7 @@ def bound_of(where: str | Expr) -> Expr:
 @pytest.mark.parametrize(
     "where",
     ["nope = 1", "id = 1 AND nope IS NULL", "NOT (id = 1 OR nope IN (1, 2))",
-     "nope BETWEEN 1 AND 2", "ID = 1", '"id " = 1'],
+     "nope BETWEEN 1 AND 2", '"id " = 1'],
 )
 def test_unknown_column(where: str) -> None:
     with pytest.raises(UnknownColumn) as info:
@@ -98,7 +109,8 @@ def test_unknown_column_through_the_python_api() -> None:
         ("ts BETWEEN 'a' AND 'b'", ["'ts'", "'a'"]),
         ("bin = 'x'", ["'bin'", "binary", "IS NULL"]),
         ("tags IN ('a')", ["'tags'", "list", "IS NULL"]),
-        ("amount > 1", ["'amount'", "decimal", "IS NULL"]),
+        ("amount > 'x'", ["'amount'", "decimal", "'x'"]),
+        ("bin > 'x'", ["'bin'", "binary", "IS NULL"]),
     ],
 )
 def test_literal_type_errors_name_column_type_and_literal(where: str,
@@ -175,7 +187,9 @@ def test_bad_arguments() -> None:
         ("f < " + "9" * 400, col("f") <= 1.7976931348623157e308),
         ("f > -" + "9" * 400, col("f") > -math.inf),
         ("f32 = 0.5", col("f32") == 0.5),
-        ("f32 = 0.1", Const(False, col("f32"))),
+        ("f32 = 0.1e0", Const(False, col("f32"))),
+        # a DECIMAL literal is cast to the float column's type, as in DuckDB
+        ("f32 = 0.1", col("f32") == struct.unpack("<f", struct.pack("<f", 0.1))[0]),
         ("f32 = 16777217", Const(False, col("f32"))),
         ("f32 <= 3.5e38", col("f32") <= struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]),
         ("id IN (1, 1.5, 2.0, 1)", col("id").isin([1, 2])),
@@ -190,7 +204,7 @@ def test_numeric_literals_are_exact(where: str, expected: Expr) -> None:
 
 
 def test_f32_gap_lower_neighbour_is_the_float32_below() -> None:
-    bound = bound_of("f32 < 0.1")
+    bound = bound_of("f32 < 0.1e0")
     assert isinstance(bound, Compare) and bound.op == "<="
     below = bound.right.value
     assert isinstance(below, float)
@@ -410,3 +424,127 @@ def test_literal_nodes_survive_binding_unchanged_when_exact() -> None:
         parsed = parse_sql(where)
         assert bound_of(where) == parsed
         assert isinstance(parsed, Compare) and isinstance(parsed.right, Literal)
+
+
+# --- column names: exact match wins, else a unique case-insensitive match ----------
+
+CASES = pa.schema([pa.field("Origin", pa.string()), pa.field("dest", pa.string()),
+                   pa.field("x", pa.int64()), pa.field("X", pa.int64())])
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [("ORIGIN = 'JFK'", col("Origin") == "JFK"), ("origin = 'JFK'", col("Origin") == "JFK"),
+     ("DEST IS NULL", IsNull(col("dest"))), ("x = 1", col("x") == 1), ("X = 1", col("X") == 1),
+     ("lower(ORIGIN) = 'jfk'", func("lower", col("Origin")) == "jfk")],
+)
+def test_column_names_resolve_case_insensitively_when_unambiguous(where: str,
+                                                                   expected: Expr) -> None:
+    bound = compile_where(where, CASES)
+    assert bound is not None and bound.expr == expected
+    assert bound.columns <= set(CASES.names)
+
+
+def test_ambiguous_column_is_a_typed_error_naming_the_candidates() -> None:
+    with pytest.raises(AmbiguousColumn) as info:
+        compile_where('"x " = 1 OR dest = \'a\' OR DEST = \'b\' OR Dest IS NULL', pa.schema(
+            [pa.field("Dest", pa.string()), pa.field("DEST", pa.string()),
+             pa.field("x ", pa.int8()), pa.field("dEsT", pa.string())]))
+    assert info.value.column == "dest" and "'Dest'" in str(info.value)
+    assert isinstance(info.value, InvalidPredicate)
+
+
+# --- decimals: exact, never through float --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("amount = 0.05", col("amount") == Decimal("0.05")),
+        ("amount < 24", col("amount") < Decimal("24.00")),
+        ("amount = 0.055", Const(False, col("amount"))),
+        ("amount < 0.055", col("amount") <= Decimal("0.05")),
+        ("amount >= 0.055", col("amount") > Decimal("0.05")),
+        ("amount > 100000000", Const(False, col("amount"))),
+        ("amount <= 1e30", Const(True, col("amount"))),
+        ("amount IN (1, 0.05, 0.051, 1.00)", col("amount").isin([Decimal("1.00"),
+                                                               Decimal("0.05")])),
+        (col("amount") == 0.05, col("amount") == Decimal("0.05")),  # a float's decimal spelling
+        (col("amount") == Decimal("0.050"), col("amount") == Decimal("0.05")),
+        ("amount BETWEEN 0.05 AND 0.07", (col("amount") >= Decimal("0.05"))
+         & (col("amount") <= Decimal("0.07"))),
+        ("id < 1.5", col("id") <= 1),
+        ("id = 1.0", col("id") == 1),
+        ("f = 0.5", col("f") == 0.5),
+    ],
+)
+def test_decimal_literals_are_exact(where: str | Expr, expected: Expr) -> None:
+    assert bound_of(where) == expected
+
+
+def test_decimal_filter_is_exact_at_scale_boundaries() -> None:
+    values = [Decimal("0.04"), Decimal("0.05"), Decimal("0.06"), Decimal("0.07"),
+              Decimal("0.08"), None, Decimal("-0.05")]
+    table = pa.table({"amount": pa.array(values, pa.decimal128(10, 2))})
+    schema = table.schema
+    def rows(where: str) -> list[object]:
+        bound = compile_where(where, schema)
+        assert bound is not None
+        return filter_table(table, bound).column("amount").to_pylist()
+    assert rows("amount BETWEEN 0.05 AND 0.07") == values[1:4]
+    assert rows("amount NOT BETWEEN 0.05 AND 0.07") == [values[0], values[4], values[6]]
+    assert rows("amount IN (0.05, -0.05)") == [values[1], values[6]]
+    assert rows("amount > 0.065") == [Decimal("0.07"), Decimal("0.08")]
+    assert rows("amount * 100 = 5") == [Decimal("0.05")]
+    assert rows("amount > -1 AND amount < 0") == [Decimal("-0.05")]
+
+
+# --- computed values: column against column, arithmetic, functions, CAST, LIKE ----------
+
+
+@pytest.mark.parametrize(
+    ("where", "fragment"),
+    [
+        ("s > id", "cannot compare"),
+        ("lower(id) = 'a'", "lower()"),
+        ("s + 1 > 2", "+ operator"),
+        ("length(s) = 'x'", "cannot compare"),
+        ("id LIKE 'a%'", "LIKE needs a string"),
+        ("substr(s, 0) = 'a'", "start must be 1"),
+        ("substr(s, id) = 'a'", "integer literals"),
+        ("CAST(s AS INTEGER) = 'x'", "cannot compare"),
+        ("CAST('abc' AS INTEGER) = 1", "CAST"),
+        ("year(s) = 2020", "year()"),
+        ("ts > d", "cannot compare"),
+    ],
+)
+def test_computed_type_errors_are_invalid_predicate(where: str, fragment: str) -> None:
+    with pytest.raises(InvalidPredicate, match=fragment.replace("(", r"\(").replace(")", r"\)")
+                       .replace("+", r"\+")):
+        compile_where(where, SCHEMA)
+
+
+def test_unknown_function_is_typed() -> None:
+    with pytest.raises(UnknownFunction) as info:
+        compile_where("sqrt(f) > 1", SCHEMA)
+    assert info.value.function == "sqrt" and "lower" in str(info.value)
+
+
+def test_like_prefix_becomes_a_prunable_range() -> None:
+    assert bound_of("s LIKE 'N1%'") == (col("s") >= "N1") & (col("s") < "N2")
+    assert bound_of("s LIKE 'abc'") == (col("s") == "abc")
+    assert bound_of("s LIKE 'a!%b%' ESCAPE '!'") == (col("s") >= "a%b") & (col("s") < "a%c")
+    assert bound_of("s LIKE 'a!%b_' ESCAPE '!'") == (
+        (col("s") >= "a%b") & ((col("s") < "a%c") & Like(col("s"), "a!%b_", "!")))
+    assert bound_of("s LIKE '%x'") == Like(col("s"), "%x")
+    assert bound_of("s ILIKE 'a%'") == Like(col("s"), "a%", case_insensitive=True)
+    negated = bound_of("s NOT LIKE 'N1_'")
+    assert negated == (col("s") < "N1") | ((col("s") >= "N2") | ~Like(col("s"), "N1_"))
+
+
+def test_evaluation_failure_is_a_typed_error() -> None:
+    table = pa.table({"s": ["1", "x"]})
+    bound = compile_where("CAST(s AS INTEGER) > 0", table.schema)
+    assert bound is not None
+    with pytest.raises(PredicateEvaluationError, match=r"CAST|parse"):
+        filter_table(table, bound)

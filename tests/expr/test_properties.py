@@ -40,6 +40,7 @@ from caslake.expr import (
     Literal,
     bind,
     col,
+    is_computed,
     might_match,
     parse_sql,
     to_arrow,
@@ -211,6 +212,8 @@ def test_single_row_exact_stats_judge_non_float_predicates_exactly(
     bound = bind(to_api(pred), SCHEMA)
     if any(pa.types.is_floating(bound.field(name).type) for name in bound.columns):
         return
+    if is_computed(bound):
+        return  # computed leaves are never pruned: "might match" is their exact answer
     for index, row in enumerate(table.to_pylist()):
         chunk = table.slice(index, 1)
         stats = {

@@ -151,8 +151,23 @@ def test_compaction_replans_on_a_concurrent_change_but_not_when_the_budget_ran_o
     compactor.commit_policy = CommitPolicy(max_attempts=2, base_backoff_s=0.0,
                                            max_backoff_s=0.0)
     res = compactor.compact()
-    assert race.fired == 2 and not res.noop and res.attempts == 2
+    # round 1: the lost race, then the requirement fails on the new base; round 2 wins
+    assert race.fired == 2 and not res.noop and res.attempts == 3
     assert ids(caslake.open_table(uri)) == [i for i in [*range(400), 1000] if i != 5]
+
+    # A delete that leaves nothing to compact: the re-plan is a no-op, and the report
+    # still counts the attempts of the lost round (found by the stateful model).
+    other.append(rows(2000, 2010))  # a second small file: something to compact
+    race.times = race.fired + 1
+
+    def other_deletes_everything(key: str) -> CaslakeError:
+        other.delete("id >= 0")
+        return PreconditionFailed(f"{key} changed", key=key)
+
+    race.error = other_deletes_everything
+    res = compactor.compact()
+    assert race.fired == 3 and res.noop and res.attempts == 2
+    assert ids(caslake.open_table(uri)) == []
 
 
 def test_a_delete_planned_before_compaction_lands_after_it(tmp_path: Path) -> None:

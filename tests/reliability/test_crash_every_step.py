@@ -63,7 +63,8 @@ from caslake.store.memory import forget_memory_space
 from caslake.table.commit import CommitPolicy
 from caslake.table.metadata_io import MetadataIO
 
-ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
+ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete", "compose",
+                     "list_multipart_uploads", "abort_multipart_upload"})
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
                     pa.field("f", pa.float64())])
 # Small files with several row groups, so every append writes several files and
@@ -155,7 +156,17 @@ def _compact(t: Table) -> CommitResult:
     return t.compact(target_file_size=1 << 20)  # every file of the base is small
 
 
+def _purge(t: Table) -> CommitResult:
+    t.store.min_part_size = 512  # the 5 MiB rule scaled to these small files: real splices
+    # a few row groups of two files: the rest of them is copied (compose); id 15 is
+    # deleted already and is erased all the same
+    r = t.purge("id BETWEEN 500 AND 520 OR id BETWEEN 2500 AND 2510 OR id = 15")
+    return CommitResult(r.version, r.commit_id or "", "purge", r.attempts, noop=r.noop)
+
+
 OPS: dict[str, Op] = {
+    "purge": Op(_purge, lambda rs: [r for r in rs
+                                    if not (500 <= r[0] <= 520 or 2500 <= r[0] <= 2510)]),
     "compact": Op(_compact, lambda rs: rs),
     "append": Op(_append, lambda rs: rs + rows(3000, 4000)),
     "delete": Op(_delete, lambda rs: [r for r in rs

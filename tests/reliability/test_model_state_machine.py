@@ -35,6 +35,7 @@ model has; every few steps (and at the end, deep and over all versions)
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, event, note, settings
 from hypothesis import strategies as st
@@ -63,6 +65,7 @@ from caslake.errors import (
     VersionNotFound,
 )
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, POINTER_KEY, TOMBSTONE_PREFIX
+from caslake.maintenance import purge as purge_mod
 from caslake.maintenance.compact import plan_compaction
 from caslake.maintenance.verify import verify_table
 from caslake.store import open_store
@@ -76,7 +79,8 @@ SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
 FAST = CommitPolicy(max_attempts=20, base_backoff_s=0.0001, max_backoff_s=0.002,
                     settle_attempts=3)
 VERIFY_EVERY = 5
-ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
+ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete", "compose",
+                     "list_multipart_uploads", "abort_multipart_upload"})
 
 Row = tuple[int, str | None, float | None]
 
@@ -366,12 +370,17 @@ class TableMachine(RuleBasedStateMachine):
     @rule(batch=batch_st)
     def upsert(self, batch: list[Row]) -> None:
         keys = {r[0] for r in batch}
+        # A key twice in the input is refused by default (DuplicateKey, tested in
+        # tests/table/test_append_input.py); the model keeps the last row per key.
+        last = {r[0]: i for i, r in enumerate(batch)}
+        rows = [r for i, r in enumerate(batch) if last[r[0]] == i]
 
         def effect(base: list[Row]) -> Effect:
             kept = [r for r in base if r[0] not in keys]
-            return Effect(kept + batch, len(base) - len(kept), True)
+            return Effect(kept + rows, len(base) - len(kept), True)
 
-        self._write("upsert", lambda t: t.upsert(arrow(batch), key=["id"]), effect)
+        self._write("upsert", lambda t: t.upsert(arrow(batch), key=["id"], on_duplicate="last"),
+                    effect)
 
     @rule(pred=st.sampled_from(PREDICATES), batch=batch_st)
     def transaction(self, pred: Pred, batch: list[Row]) -> None:
@@ -410,6 +419,43 @@ class TableMachine(RuleBasedStateMachine):
             return Effect(base, 0, work is not None)
 
         self._write("compact", lambda t: t.compact(target_file_size=1 << 20), effect)
+
+    @rule(pred=st.sampled_from(PREDICATES))
+    def purge(self, pred: Pred) -> None:
+        """Physical erasure: the live rows matching go; a version is made whenever any
+        stored row (live or already deleted) matches.  Once gc has expired the versions
+        before it, no object on storage holds a matching row (every data object is
+        decoded, the manifests are not trusted)."""
+        def run(t: Table) -> CommitResult:
+            if self.options is None:  # S3 enforces its 5 MiB; elsewhere splice tiny files
+                t.store.min_part_size = 64
+            r = t.purge(pred.sql)
+            m = t.snapshot.manifest
+            # live rows the purge erased: those of the files it removed, less those of
+            # the files it added (the summary counts both)
+            gone = 0 if r.noop else m.summary["deleted_rows"] - m.summary["added_rows"]
+            return CommitResult(r.version, r.commit_id or "", "purge", r.attempts,
+                                rows_deleted=gone, noop=r.noop)
+
+        def effect(base: list[Row]) -> Effect:
+            io = self.observer.io
+            snap = io.at_version(io.latest(), len(self.model) - 1)
+            kept = [r for r in base if not pred.holds(r)]
+            stored = bool(purge_mod._plan(self.observer.context, snap, pred.sql).files)
+            return Effect(kept, len(base) - len(kept), stored)
+
+        version = len(self.model)
+        # Rows a racing writer appends are committed before the purge but never seen by
+        # it: they survive, as with a delete (protocol.md, "Purge").
+        raced = self.race is not None and self.race.append is not None
+        self._write("purge", run, effect)
+        if len(self.model) <= version or raced:
+            return  # no version (nothing stored matched, or a fault), or new rows raced in
+        self.gc()
+        for meta in self.plain.list(DATA_PREFIX):
+            data = pq.read_table(io.BytesIO(self.plain.get(meta.key).data))
+            assert not any(pred.holds(r) for r in table_rows(data)), (
+                f"{meta.key} still holds a row matching {pred.sql!r} after purge and gc")
 
     @precondition(lambda self: self.armed is None and self.race is None)
     @rule()

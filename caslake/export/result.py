@@ -1,0 +1,52 @@
+"""What an export wrote: the result record and the one writer every exporter uses.
+
+Owns counting the objects and bytes an export puts (the export-cost figure)
+and the put modes: new objects are create-only (a fresh key each time), only
+the publication objects (``v<N>.metadata.json``, ``version-hint.text``) are
+overwritten.  Never writes under ``data/``, ``manifest/`` or ``tombstone/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from caslake.errors import InvalidArgument
+from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, POINTER_KEY, TOMBSTONE_PREFIX
+from caslake.store.base import ObjectStore, PutMode
+
+_CASLAKE_KEYS = (DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX)
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """``location``: the Iceberg metadata file, or the Delta table root."""
+
+    format: str
+    version: int
+    location: str
+    noop: bool = False
+    objects_written: int = 0
+    bytes_written: int = 0
+    manifests_reused: int = 0
+    manifests_written: int = 0
+
+
+class Writer:
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self.objects = 0
+        self.bytes = 0
+
+    def put(self, key: str, data: bytes, *, overwrite: bool = False) -> str:
+        if key == POINTER_KEY or key.startswith(_CASLAKE_KEYS):
+            raise InvalidArgument(f"an export may not write caslake's own key {key!r}")
+        etag = self.store.put(key, data, mode=PutMode.OVERWRITE if overwrite else PutMode.CREATE)
+        self.objects += 1
+        self.bytes += len(data)
+        return etag
+
+    def result(self, fmt: str, version: int, location: str, *, reused: int = 0,
+               written: int = 0) -> ExportResult:
+        return ExportResult(fmt, version, location, objects_written=self.objects,
+                            bytes_written=self.bytes, manifests_reused=reused,
+                            manifests_written=written)

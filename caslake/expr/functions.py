@@ -1,0 +1,340 @@
+"""Computed values on Arrow data: scalar functions, arithmetic and CAST.
+
+This module owns what a computed :class:`~caslake.expr.nodes.Value` (a
+:class:`Func`, :class:`Arith` or :class:`Cast`, with columns and literals at
+its leaves) means, as pyarrow compute calls.  The same code builds
+
+* a ``pyarrow.compute.Expression`` (``for_filter=True``) -- what the scan
+  evaluates, and
+* the result on zero-length arrays of the schema -- what the binder uses to
+  learn a value's Arrow type and to reject a type error before any data is
+  read (``lower(5)``, ``'a' + 1``).
+
+Semantics chosen to match DuckDB: ``/`` divides as float64 (IEEE: ``x / 0``
+is infinite); integer ``+ - *`` work in int64 and overflow is an error; CAST
+to an integer rounds a float half to even and a decimal half away from zero,
+CAST to a decimal rounds half away from zero; text functions count Unicode
+characters.  A CAST that cannot
+convert a value, or an overflow, fails when the data is evaluated, as
+:class:`~caslake.errors.PredicateEvaluationError`.  It never reads files and
+never raises anything but :class:`~caslake.errors.InvalidPredicate` (or a
+subclass) for a bad value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any, Final, cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from caslake.errors import InvalidPredicate
+from caslake.expr.nodes import (
+    Arith,
+    Cast,
+    Column,
+    Func,
+    Like,
+    Literal,
+    LiteralValue,
+    Value,
+    describe_value,
+)
+
+__all__ = [
+    "ValueBuilder", "arrow_cast_type", "arrow_like_pattern", "describe_typed",
+    "literal_scalar", "literal_type", "match_like_literal", "type_family",
+]
+
+_CAST_ARROW: Final[dict[str, pa.DataType]] = {
+    "TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(), "FLOAT": pa.float32(), "DOUBLE": pa.float64(),
+    "VARCHAR": pa.string(), "BOOLEAN": pa.bool_(), "DATE": pa.date32(),
+    "TIMESTAMP": pa.timestamp("us"), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
+}
+_ROUND_HALF_AWAY: Final = "half_towards_infinity"
+_EXTRACT: Final[dict[str, Callable[..., Any]]] = {
+    "year": pc.year, "month": pc.month, "day": pc.day, "hour": pc.hour,
+    "minute": pc.minute, "second": pc.second,
+}
+
+
+def arrow_cast_type(name: str) -> pa.DataType:
+    """The Arrow type of a canonical CAST type name (see ``canonical_type_name``)."""
+    if name.startswith("DECIMAL("):
+        precision, scale = name[len("DECIMAL("):-1].split(",")
+        return pa.decimal128(int(precision), int(scale))
+    return _CAST_ARROW[name]
+
+
+def type_family(t: pa.DataType) -> str:
+    """A coarse kind for type checks: int, float, decimal, string, bool, date,
+    timestamp, or other."""
+    types = pa.types
+    if types.is_integer(t):
+        return "int"
+    if types.is_floating(t):
+        return "float"
+    if types.is_decimal(t):
+        return "decimal"
+    if types.is_string(t) or types.is_large_string(t):
+        return "string"
+    if types.is_boolean(t):
+        return "bool"
+    if types.is_date(t):
+        return "date"
+    if types.is_timestamp(t):
+        return "timestamp"
+    return "other"
+
+
+def literal_type(value: LiteralValue) -> pa.DataType:
+    """The Arrow type a literal takes on its own (inside a computed value)."""
+    if isinstance(value, bool):
+        return pa.bool_()
+    if isinstance(value, int):
+        if -(2**63) <= value < 2**63:
+            return pa.int64()
+        if abs(value) < 10**38:
+            return pa.decimal128(38, 0)
+        raise InvalidPredicate(f"integer literal {value} does not fit a 38-digit decimal")
+    if isinstance(value, float):
+        return pa.float64()
+    if isinstance(value, Decimal):
+        _sign, digits, exponent = value.as_tuple()
+        assert isinstance(exponent, int)
+        scale = max(0, -exponent)
+        precision = max(len(digits) + max(0, exponent), scale, 1)
+        if precision > 38:
+            raise InvalidPredicate(f"decimal literal {value} has more than 38 digits")
+        return pa.decimal128(precision, scale)
+    if isinstance(value, str):
+        return pa.string()
+    if isinstance(value, datetime):
+        return pa.timestamp("us", tz="UTC" if value.tzinfo is not None else None)
+    if isinstance(value, date):
+        return pa.date32()
+    raise InvalidPredicate("NULL has no type here; use IS NULL")
+
+
+def literal_scalar(value: LiteralValue, arrow_type: pa.DataType | None = None) -> pa.Scalar[Any]:
+    """``value`` as an Arrow scalar of ``arrow_type`` (default: its own type)."""
+    if arrow_type is None:
+        arrow_type = literal_type(value)
+    if isinstance(value, datetime) and value.tzinfo is not None and \
+            getattr(arrow_type, "tz", None) is not None:
+        value = value.astimezone(UTC)
+    result: pa.Scalar[Any] = pa.scalar(value, type=arrow_type)
+    return result
+
+
+def arrow_like_pattern(pattern: str, escape: str | None) -> str:
+    """A SQL LIKE pattern (no escape character unless ``escape``) in the syntax
+    of pyarrow's ``match_like``, whose escape character is a backslash."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if escape is not None and ch == escape and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            out.append("\\" + nxt if nxt in "%_\\" else nxt)
+            i += 2
+            continue
+        out.append("\\\\" if ch == "\\" else ch)
+        i += 1
+    return "".join(out)
+
+
+def match_like_literal(like: Like) -> bool:
+    """LIKE on a literal string (constant folding)."""
+    assert isinstance(like.column, Literal) and isinstance(like.column.value, str)
+    result = pc.match_like(pa.scalar(like.column.value),
+                           pattern=arrow_like_pattern(like.pattern, like.escape),
+                           ignore_case=like.case_insensitive)
+    return bool(result.as_py())
+
+
+def _mismatch(what: str, types: list[pa.DataType], hint: str = "") -> InvalidPredicate:
+    shown = ", ".join(str(t) for t in types)
+    return InvalidPredicate(f"{what} does not accept ({shown}){': ' + hint if hint else ''}")
+
+
+class ValueBuilder:
+    """Builds computed values over a schema.
+
+    ``build(value)`` gives ``(operand, type)``: the operand is a
+    ``pc.Expression`` when ``for_filter`` (else a zero-length array or a
+    scalar) and ``type`` its Arrow type.  Type errors raise InvalidPredicate
+    naming the operation.
+    """
+
+    def __init__(self, schema: pa.Schema, *, for_filter: bool) -> None:
+        self.schema = schema
+        self.for_filter = for_filter
+
+    # Each step runs on a pair (target, sample): ``sample`` is the operation
+    # on zero-length arrays, which gives the type and surfaces kernel errors;
+    # ``target`` is the expression when building a filter.
+    def build(self, value: Value) -> tuple[Any, pa.DataType]:
+        target, sample = self._pair(value)
+        return target, sample.type
+
+    def _pair(self, value: Value) -> tuple[Any, Any]:
+        if isinstance(value, Column):
+            t = self.schema.field(value.name).type
+            sample = pa.array([], type=t)
+            return (pc.field(value.name) if self.for_filter else sample), sample
+        if isinstance(value, Literal):
+            scalar = literal_scalar(value.value)
+            return scalar, scalar
+        if isinstance(value, Func):
+            return self._func(value)
+        if isinstance(value, Arith):
+            return self._arith(value)
+        if isinstance(value, Cast):
+            return self._cast(value)
+        raise InvalidPredicate(f"not a value node: {type(value).__name__}")
+
+    def _run(self, what: str, fn: Callable[..., Any], args: list[tuple[Any, Any]],
+             **options: Any) -> tuple[Any, Any]:
+        try:
+            sample = fn(*(a[1] for a in args), **options)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            detail = str(exc).split("\n")[0][:160]
+            raise _mismatch(what, [a[1].type for a in args], detail) from None
+        if not self.for_filter:
+            return sample, sample
+        return fn(*(a[0] for a in args), **options), sample
+
+    def _cast_to(self, pair: tuple[Any, Any], t: pa.DataType, what: str) -> tuple[Any, Any]:
+        if pair[1].type == t:
+            return pair
+        return self._run(what, lambda x: x.cast(t), [pair])
+
+    def _func(self, node: Func) -> tuple[Any, Any]:
+        name = node.name
+        if name == "substr":
+            return self._substr(node)
+        args = [self._pair(a) for a in node.args]
+        families = [type_family(a[1].type) for a in args]
+        what = f"function {name}()"
+        if name in ("lower", "upper", "length", "trim", "ltrim", "rtrim"):
+            if families[0] != "string":
+                raise _mismatch(what, [args[0][1].type], "it takes a string")
+            if name == "length":
+                return self._cast_to(self._run(what, pc.utf8_length, args), pa.int64(), what)
+            text_fns: dict[str, Callable[..., Any]] = {
+                "lower": pc.utf8_lower, "upper": pc.utf8_upper,
+                "trim": lambda x: pc.utf8_trim(x, characters=" "),
+                "ltrim": lambda x: pc.utf8_ltrim(x, characters=" "),
+                "rtrim": lambda x: pc.utf8_rtrim(x, characters=" "),
+            }
+            return self._run(what, text_fns[name], args)
+        if name in ("abs", "negate"):
+            if families[0] not in ("int", "float", "decimal"):
+                raise _mismatch("-" if name == "negate" else what, [args[0][1].type],
+                                "it takes a number")
+            if families[0] == "int":
+                args = [self._cast_to(args[0], pa.int64(), what)]
+            return self._run(what, pc.abs_checked if name == "abs" else pc.negate_checked, args)
+        if name == "coalesce":
+            return self._run(what, pc.coalesce, self._common(what, args))
+        if name == "date":
+            if families[0] not in ("date", "timestamp", "string"):
+                raise _mismatch(what, [args[0][1].type], "it takes a timestamp, date or string")
+            return self._cast_to(args[0], pa.date32(), what)
+        if name in _EXTRACT:
+            if families[0] not in ("date", "timestamp"):
+                raise _mismatch(what, [args[0][1].type], "it takes a date or timestamp")
+            return self._cast_to(self._run(what, _EXTRACT[name], args), pa.int64(), what)
+        raise InvalidPredicate(f"function {name}() has no implementation")
+
+    def _substr(self, node: Func) -> tuple[Any, Any]:
+        what = "function substr()"
+        text = self._pair(node.args[0])
+        if type_family(text[1].type) != "string":
+            raise _mismatch(what, [text[1].type], "it takes a string")
+        bounds: list[int] = []
+        for arg in node.args[1:]:
+            if not (isinstance(arg, Literal) and isinstance(arg.value, int)
+                    and not isinstance(arg.value, bool)):
+                raise InvalidPredicate(
+                    f"substr() needs integer literals for start and length, got {arg}"
+                )
+            bounds.append(arg.value)
+        start = bounds[0]
+        if start < 1:
+            raise InvalidPredicate(f"substr() start must be 1 or more, got {start}")
+        if len(bounds) > 1 and bounds[1] < 0:
+            raise InvalidPredicate(f"substr() length must not be negative, got {bounds[1]}")
+        stop = start - 1 + bounds[1] if len(bounds) > 1 else None
+        start = min(start, 2**62)
+        stop = None if stop is None else min(stop, 2**62)
+        return self._run(what, lambda x: pc.utf8_slice_codeunits(x, start - 1, stop), [text])
+
+    def _common(self, what: str, args: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        """Cast operands to one type: numbers widen (int < decimal < float)."""
+        types = [a[1].type for a in args]
+        families = {type_family(t) for t in types}
+        if len({str(t) for t in types}) == 1:
+            return args
+        if families <= {"int", "float", "decimal"}:
+            if "float" in families:
+                target: pa.DataType = pa.float64()
+            elif "decimal" in families:
+                return args  # pyarrow widens decimals and integers itself
+            else:
+                target = pa.int64()
+            return [self._cast_to(a, target, what) for a in args]
+        if len(families) == 1:
+            return args
+        raise _mismatch(what, types, "the values have different kinds")
+
+    def _arith(self, node: Arith) -> tuple[Any, Any]:
+        left, right = self._pair(node.left), self._pair(node.right)
+        what = f"the {node.op} operator"
+        families = {type_family(left[1].type), type_family(right[1].type)}
+        if not families <= {"int", "float", "decimal"}:
+            raise _mismatch(what, [left[1].type, right[1].type], "it takes numbers")
+        if node.op == "/":
+            left, right = (self._cast_to(p, pa.float64(), what) for p in (left, right))
+
+            return self._run(what, pc.divide, [left, right])
+        if "float" in families:
+            left, right = (self._cast_to(p, pa.float64(), what) for p in (left, right))
+        elif "decimal" in families:
+            # Integers join decimals as decimal(19, 0) (every int64 fits), so the
+            # result type is what pyarrow's decimal kernels derive, exactly.
+            left, right = (self._cast_to(p, pa.decimal128(19, 0), what)
+                           if type_family(p[1].type) == "int" else p for p in (left, right))
+        elif families == {"int"}:
+            left, right = (self._cast_to(p, pa.int64(), what) for p in (left, right))
+        fn = {"+": pc.add_checked, "-": pc.subtract_checked, "*": pc.multiply_checked}[node.op]
+        return self._run(what, fn, [left, right])
+
+    def _cast(self, node: Cast) -> tuple[Any, Any]:
+        source = self._pair(node.value)
+        target = arrow_cast_type(node.to)
+        what = f"CAST(... AS {node.to})"
+        family = type_family(source[1].type)
+        if family == "other":
+            raise _mismatch(what, [source[1].type])
+        to_family = type_family(target)
+        if family in ("float", "decimal") and to_family in ("int", "decimal"):
+            digits = cast(pa.Decimal128Type, target).scale if to_family == "decimal" else 0
+            mode = "half_to_even" if (family, to_family) == ("float", "int") else _ROUND_HALF_AWAY
+            if family == "float" or to_family == "int" or digits < source[1].type.scale:
+                source = self._run(
+                    what, lambda x: pc.round(x, digits, round_mode=mode),  # type: ignore[call-overload]
+                    [source])
+        return self._cast_to(source, target, what)
+
+
+def describe_typed(value: Value, arrow_type: pa.DataType) -> str:
+    """``lower(c) (a string)``-style text for error messages."""
+    if isinstance(value, Literal):
+        return describe_value(value.value)
+    return f"{value} of type {arrow_type}"
