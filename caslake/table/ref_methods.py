@@ -19,7 +19,7 @@ from caslake.format.keys import POINTER_KEY
 from caslake.format.refs import BRANCH_PREFIX, MAIN, branch_key, name_from_key, validate_ref_name
 from caslake.table import refs
 from caslake.table.metadata_io import Snapshot
-from caslake.table.runner import CommitResult, TableContext, run_operation
+from caslake.table.runner import CommitResult, TableContext, adopt_ref_move, run_operation
 
 
 class RefMethods:
@@ -101,7 +101,7 @@ class RefMethods:
         if target == self.ref:
             # No store call after the move: a failing read now would report a
             # fast-forward that happened as a failure.
-            self.context._set_snapshot(snap)
+            adopt_ref_move(self.context, snap)
         return snap.version
 
     def merge(self, source: str, *, into: str = MAIN) -> CommitResult:

@@ -148,6 +148,13 @@ def run_operation(ctx: TableContext, operation: str,
         bytes_out=requests.get("bytes_out", 0))
 
 
+def adopt_ref_move(ctx: TableContext, snapshot: Snapshot) -> None:
+    """The handle's ref was moved by a ref operation that commits no manifest of its
+    own (a fast-forward): make ``snapshot`` the handle's, without a store call (a
+    read failing after the move would report a move that happened as a failure)."""
+    ctx._set_snapshot(snapshot)
+
+
 def noop_result(ctx: TableContext, operation: str, snapshot: Snapshot, *,
                 started: dict[str, int], commit_id: str | None = None,
                 attempts: int = 0) -> CommitResult:
