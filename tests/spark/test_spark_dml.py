@@ -158,8 +158,9 @@ def test_distributed_delete_replans_when_a_concurrent_delete_touched_its_files(
 
 def cdc_batch() -> pa.Table:
     """Updates of live keys (6, 250, 399), keys whose rows are already deleted (7,
-    113, twice), new keys and a NULL key."""
-    ids: list[int | None] = [6, 7, 113, 113, 250, 399, 1000, 1001, None]
+    113), new keys and a NULL key.  (No key twice: ``Table.upsert`` refuses input
+    with a duplicated key since issue 10.)"""
+    ids: list[int | None] = [6, 7, 113, 250, 399, 1000, 1001, None]
     table = pa.table({"id": ids, "user": [f"new{i}" for i in range(len(ids))],
                       "amount": [float(i) for i in range(len(ids))],
                       "day": [D0] * len(ids)}, schema=SCHEMA)
