@@ -4,7 +4,15 @@ Immutable Parquet data files and manifests, one compare-and-swap pointer
 (``_latest_manifest``), no catalog, no lock service.
 """
 
-from caslake.api import CommitResult, HistoryEntry, Table, create_table, open_table
+from caslake.api import (
+    CommitResult,
+    HistoryEntry,
+    Table,
+    clone,
+    create_table,
+    drop_table,
+    open_table,
+)
 from caslake.errors import CaslakeError
 from caslake.expr import col, lit
 from caslake.table.commit import CommitPolicy
@@ -17,8 +25,10 @@ __all__ = [
     "HistoryEntry",
     "Table",
     "WriteOptions",
+    "clone",
     "col",
     "create_table",
+    "drop_table",
     "lit",
     "open_table",
 ]

@@ -23,8 +23,10 @@ from caslake.export.hook import export_on_commit
 from caslake.export.iceberg import export_iceberg
 from caslake.export.result import ExportResult
 from caslake.export.roots import export_roots
+from caslake.expr import Expr
 from caslake.maintenance.compact import compact
-from caslake.maintenance.gc import DEFAULT_RETENTION, GcReport, collect_garbage
+from caslake.maintenance.gc import GcReport, collect_garbage
+from caslake.maintenance.purge import Progress, PurgeReport, purge
 from caslake.table.runner import CommitResult
 from caslake.table.table import HistoryEntry, TableCore
 from caslake.table.write import WriteOptions
@@ -47,7 +49,15 @@ class Table(TableCore):
         return compact(self.context, target_file_size=target_file_size,
                        deleted_fraction=deleted_fraction)
 
-    def gc(self, *, retention: timedelta = DEFAULT_RETENTION, dry_run: bool = False,
+    def purge(self, where: str | Expr, *, dry_run: bool = False, expire: bool = False,
+              progress: Progress | None = None, audit_key: bytes | None = None
+              ) -> PurgeReport:
+        """Physically erase the rows ``where`` matches, by row-group splice, in one
+        version (see :mod:`caslake.maintenance.purge`)."""
+        return purge(self.context, where, dry_run=dry_run, expire=expire, progress=progress,
+                     audit_key=audit_key)
+
+    def gc(self, *, retention: timedelta | None = None, dry_run: bool = False,
            now: datetime | None = None, force: bool = False) -> GcReport:
         """Expire versions older than ``retention`` and delete the objects no retained
         version references (see :mod:`caslake.maintenance.gc`)."""
@@ -74,10 +84,34 @@ def create_table(uri: str, schema: pa.Schema, *, storage_options: dict[str, str]
                         write_options=write_options)
 
 
+def clone(source_uri: str, target_uri: str, *, version: int | None = None,
+          tag: str | None = None, branch: str = "main",
+          storage_options: dict[str, str] | None = None,
+          write_options: WriteOptions | None = None) -> Table:
+    """A zero-copy clone of ``source_uri`` (at ``version``, tag ``tag`` or the head of
+    ``branch``) at ``target_uri``: it references the source's files where they lie
+    (held by a record under the source, so the source's gc keeps them); new writes
+    go to the target.  Release with :func:`drop_table`."""
+    from caslake.table.clone import clone as _clone
+
+    _clone(source_uri, target_uri, version=version, tag=tag, branch=branch,
+           storage_options=storage_options)
+    return open_table(target_uri, storage_options=storage_options, write_options=write_options)
+
+
+def drop_table(uri: str, *, storage_options: dict[str, str] | None = None) -> None:
+    """Delete the table at ``uri`` (every object) and release its holds on the tables
+    it was cloned from.  Idempotent."""
+    from caslake.table.clone import drop_table as _drop
+
+    _drop(uri, storage_options=storage_options)
+
+
 def open_table(uri: str, *, storage_options: dict[str, str] | None = None,
                write_options: WriteOptions | None = None) -> Table:
     """Open an existing table at its latest version.  Raises TableNotFound."""
     return Table.open(uri, storage_options=storage_options, write_options=write_options)
 
 
-__all__ = ["CommitResult", "HistoryEntry", "Table", "create_table", "open_table"]
+__all__ = ["CommitResult", "HistoryEntry", "Table", "clone", "create_table", "drop_table",
+           "open_table"]

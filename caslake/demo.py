@@ -45,18 +45,26 @@ def step(title: str) -> None:
     print(f"\n== {title}")
 
 
+ROWS = 50_000  # per append
+
+
+def demo_root(path: str | None) -> Path:
+    """``path`` if given, else a fresh temporary directory (two runs never collide)."""
+    return Path(path) if path else Path(tempfile.mkdtemp(prefix="caslake-demo-"))
+
+
 def main(path: str | None = None) -> int:
-    root = Path(path) if path else Path(tempfile.gettempdir()) / "caslake-demo-table"
-    if root.exists():
-        shutil.rmtree(root)
-    uri = str(root)
+    root = demo_root(path)
+    if path is not None and root.exists():
+        shutil.rmtree(root)  # a path given again: start afresh
+    uri = str(root / "events") if path is None else str(root)
 
     step(f"create table at {uri}")
     table = caslake.create_table(uri, SCHEMA)
     print(f"version {table.version}, schema: "
           + ", ".join(f"{f.name}:{f.type}" for f in table.schema))
 
-    writers, batches, rows = 4, 5, 50_000
+    writers, batches, rows = 4, 5, ROWS
     step(f"{writers} concurrent writers x {batches} appends x {rows:,} rows")
     results: list[caslake.CommitResult] = []
     lock = threading.Lock()

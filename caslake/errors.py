@@ -55,6 +55,38 @@ class SchemaMismatch(UserInputError):
         self.actual = actual
 
 
+class InputDataError(UserInputError):
+    """A cell of an input file cannot be read as its column's type.
+
+    ``line`` is the 1-based line of the file (the header is line 1), ``column``
+    the column name and ``value`` the text of the cell."""
+
+    def __init__(self, message: str, *, path: str, line: int, column: str,
+                 value: str | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+        self.column = column
+        self.value = value
+
+
+class DuplicateKey(UserInputError):
+    """An upsert's input holds one key more than once (``key``: one such key, by column)."""
+
+    def __init__(self, message: str, *, key: dict[str, object], count: int) -> None:
+        super().__init__(message)
+        self.key = key
+        self.count = count
+
+
+class OptionalDependencyMissing(UserInputError):
+    """A method needs a package that is not installed (``package``: what to install)."""
+
+    def __init__(self, message: str, *, package: str) -> None:
+        super().__init__(message)
+        self.package = package
+
+
 class InvalidPredicate(UserInputError):
     """A ``where`` predicate is malformed or cannot be applied."""
 
@@ -81,6 +113,58 @@ class UnknownColumn(InvalidPredicate):
         self.available = available
 
 
+class InvalidRefName(InvalidArgument):
+    """A branch or tag name is not valid (empty, ``..``, ``/`` at an end, control
+    characters, ...).  ``name`` is the name, ``reason`` why it is refused."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"invalid ref name {name!r}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
+class RefNotFound(UserInputError):
+    """No branch or tag of that name exists (a dropped tag counts as absent)."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(f"no {kind} named {name!r}")
+        self.kind = kind
+        self.name = name
+
+
+class RefAlreadyExists(UserInputError):
+    """A branch or tag of that name exists, or (tags) existed: a dropped tag's name
+    is never reused, so no reader can see other data under it."""
+
+    def __init__(self, kind: str, name: str, *, retired: bool = False) -> None:
+        what = (f"tag {name!r} was dropped and its name can never be reused"
+                if retired else f"a {kind} named {name!r} already exists")
+        super().__init__(what)
+        self.kind = kind
+        self.name = name
+        self.retired = retired
+
+
+class RefInUse(UserInputError):
+    """A ref cannot be dropped because something still needs it; ``holders`` names
+    each of them (e.g. ``tag 'q3'``, ``clone s3://b/t2``)."""
+
+    def __init__(self, kind: str, name: str, holders: list[str]) -> None:
+        super().__init__(f"cannot drop {kind} {name!r}: still needed by "
+                         f"{', '.join(holders)}; drop those first")
+        self.kind = kind
+        self.name = name
+        self.holders = holders
+
+
+class InvalidSchemaChange(UserInputError):
+    """A schema change is not allowed (an incompatible widening, a rename onto an
+    existing name, dropping the last column, an unknown column...).  ``column``
+    names the column at fault."""
+
+    def __init__(self, message: str, *, column: str | None = None) -> None:
+        super().__init__(message)
+        self.column = column
 class AmbiguousColumn(InvalidPredicate):
     """A column name matches several columns case-insensitively and none exactly."""
 
@@ -181,6 +265,19 @@ class TxnAlreadyApplied(CommitConflict):
     default_help = "nothing to do: this (app id, version) is already committed"
 
 
+class BranchDiverged(CommitConflict):
+    """A fast-forward or merge found the target branch changed since the source
+    forked from it in a way the operation cannot reconcile; nothing was applied."""
+
+    default_help = ("merge the target into the source (or re-create the source from "
+                    "the target) and try again")
+
+    def __init__(self, message: str, *, target: str, source: str) -> None:
+        super().__init__(message)
+        self.target = target
+        self.source = source
+
+
 class CommitOutcomeUnknown(CaslakeError):
     """The pointer write may or may not have applied and it could not be read back.
 
@@ -248,6 +345,11 @@ class PutOutcomeUnknown(StoreError):
 
 class StoreConfigError(StoreError):
     """The store URI or its options are unusable (bad URI, credentials, bucket)."""
+
+
+class StoreCapabilityUnsupported(StoreError):
+    """The backend does not offer an optional capability (e.g. an S3-compatible endpoint
+    that rejects UploadPartCopy).  Callers fall back to a path without it."""
 
 
 # --- datasets (caslake.dataset, RFC-0008) ----------------------------------------

@@ -43,7 +43,8 @@ def test_create_from_parquet_then_append_csv_scan_history_show(tmp_path: Path,
     code, out = run("append", uri, str(csv))
     assert code == 0 and "version 2" in out and "PUT" in out
     code, out = run("scan", uri, "--where", "user = 'z'", "--json")
-    assert code == 0 and json.loads(out) == [{"id": 1000, "user": "z"}, {"id": 1001, "user": "z"}]
+    assert code == 0 and [json.loads(line) for line in out.splitlines()] == [
+        {"id": 1000, "user": "z"}, {"id": 1001, "user": "z"}]  # JSON lines, streamed
     code, out = run("scan", uri, "--columns", "id", "--version", "1", "--limit", "3")
     assert code == 0 and "(3 rows, limited)" in out and "user" not in out
     code, out = run("scan", uri, "--where", "id < 3", "--plan")

@@ -71,3 +71,32 @@ def check_relative_key(key: object, *, prefix: str) -> str | None:
         if not _SAFE_SEGMENT.match(part):
             return f"key {key!r} has an illegal path segment {part!r}"
     return None
+
+
+# --- external (cloned) objects ----------------------------------------------------
+#
+# A zero-copy clone references objects of another table (docs/format.md, "Clones"):
+# ``data/x=<alias>/<rest>`` names ``data/<rest>`` of the table the manifest's
+# ``external[<alias>]`` locates (and likewise under ``tombstone/``).  The key stays
+# relative and safe; only the store resolves it elsewhere.
+
+EXTERNAL_MARK = "x="
+_ALIAS_RE = re.compile(r"^[a-z0-9]{1,16}$")
+
+
+def valid_alias(alias: str) -> bool:
+    return bool(_ALIAS_RE.match(alias))
+
+
+def external_key(key: str, alias: str) -> str:
+    """``data/2026/...`` of the table under ``alias`` as a key of the referencing table."""
+    prefix, rest = key.split("/", 1)
+    return f"{prefix}/{EXTERNAL_MARK}{alias}/{rest}"
+
+
+def split_external(key: str) -> tuple[str | None, str]:
+    """``(alias, key in that table)`` for an external key, else ``(None, key)``."""
+    parts = key.split("/", 2)
+    if len(parts) == 3 and parts[1].startswith(EXTERNAL_MARK):
+        return parts[1][len(EXTERNAL_MARK):], f"{parts[0]}/{parts[2]}"
+    return None, key

@@ -22,12 +22,13 @@ from functools import partial
 from typing import Any, TypeVar
 
 from caslake.errors import CorruptMetadata, UnsupportedFormatVersion
-from caslake.format import FORMAT_VERSION, MAX_INT64
+from caslake.format import BASE_FORMAT_VERSION, FORMAT_VERSION, MAX_INT64
 from caslake.format.keys import (
     DATA_PREFIX,
     MANIFEST_PREFIX,
     TOMBSTONE_PREFIX,
     check_relative_key,
+    valid_alias,
 )
 from caslake.format.schema import Field, TableSchema, type_from_str
 
@@ -122,6 +123,19 @@ class Totals:
 
 
 @dataclass(frozen=True)
+class ExternalTable:
+    """Another table whose objects this one references (a zero-copy clone's source):
+    its location, its id, and the hold this table keeps on it (format version 2)."""
+
+    uri: str
+    table_id: str
+    hold: str  # key of our hold record under that table's root
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uri": self.uri, "table_id": self.table_id, "hold": self.hold}
+
+
+@dataclass(frozen=True)
 class Manifest:
     table_id: str
     version: int
@@ -140,10 +154,12 @@ class Manifest:
     properties: Mapping[str, str] = field(default_factory=dict)
     txns: Mapping[str, int] = field(default_factory=dict)
     totals: Totals = Totals(0, 0, 0)
-    format_version: int = FORMAT_VERSION
+    format_version: int = BASE_FORMAT_VERSION
     # GC may have deleted the manifests of versions below this one (time travel
     # to them is VersionNotFound); carried forward by every commit.
     oldest_version: int = 0
+    # Tables whose objects ``data/x=<alias>/...`` keys name (clones); carried forward.
+    external: Mapping[str, ExternalTable] = field(default_factory=dict)
 
     def deleted_rows_per_file(self) -> dict[str, int]:
         """Rows the tombstones delete in each data file that has any (one live
@@ -171,6 +187,8 @@ class Manifest:
             "txns": dict(self.txns),
             "totals": self.totals.to_json(),
             "oldest_version": self.oldest_version,
+            **({"external": {a: e.to_json() for a, e in sorted(self.external.items())}}
+               if self.external else {}),
             "ancestors": [a.to_json() for a in self.ancestors],
             "segments": [s.to_json() for s in self.segments],
             "removed": sorted(self.removed),
@@ -188,7 +206,7 @@ class Pointer:
     version: int
     manifest: str
     commit_id: str
-    format_version: int = FORMAT_VERSION
+    format_version: int = BASE_FORMAT_VERSION
 
     def to_bytes(self) -> bytes:
         return json.dumps({
@@ -319,7 +337,13 @@ def _parse_schema(doc: _Doc) -> TableSchema:
         fields.append(Field(fid, name, typ, f.get("nullable", bool)))
     if not fields:
         raise doc.error("schema has no fields")
-    return TableSchema(tuple(fields), schema_id=doc.get("schema_id", int, optional=True, default=0))
+    last = doc.get("last_field_id", int, optional=True, default=0)
+    if last and last < max(ids):
+        raise doc.error("last_field_id is below a field's id")
+    schema_id = doc.get("schema_id", int, optional=True, default=0)
+    if not 0 <= schema_id <= MAX_INT64:
+        raise doc.error("schema_id must be a non-negative 64-bit integer")
+    return TableSchema(tuple(fields), schema_id=schema_id, highest_field_id=last)
 
 
 def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
@@ -330,6 +354,8 @@ def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
         sdoc = doc.child(f"stats[{sk}]", sv)
         fid: int = _guard(sdoc, partial(int, sk))
         if fid not in by_id:
+            if 1 <= fid <= schema.last_field_id:
+                continue  # a dropped column's statistics: nothing reads them
             raise sdoc.error(f"field id {fid} is not in the schema")
         # Values are only type-checked as JSON scalars here; they are decoded (and a
         # bad one reported as CorruptMetadata) when a predicate prunes on them.
@@ -417,6 +443,15 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         raise doc.error("only version 0 may lack a parent")
     if any(a.version >= version for a in ancestors) or any(s.version >= version for s in segments):
         raise doc.error("ancestors and segments must be older than the manifest")
+    external: dict[str, ExternalTable] = {}
+    for alias, raw in doc.get("external", dict, optional=True, default={}).items():
+        edoc = doc.child(f"external[{alias!r}]", raw)
+        if not valid_alias(alias):
+            raise edoc.error("an external alias is 1-16 lowercase letters or digits")
+        hold = edoc.get("hold", str)
+        if check_relative_key(hold, prefix="refs/holds/"):
+            raise edoc.error(f"hold {hold!r} is not a hold key")
+        external[alias] = ExternalTable(edoc.get("uri", str), edoc.get("table_id", str), hold)
     t = doc.child("totals", doc.get("totals", dict))
     oldest = doc.get("oldest_version", int, optional=True, default=0)
     if not 0 <= oldest <= version:
@@ -433,4 +468,4 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         txns=doc.string_map("txns", int),
         totals=Totals(t.nonneg("files"), t.nonneg("rows"), t.nonneg("bytes"),
                       t.get("deleted_rows", int, optional=True, default=0)),
-        format_version=fv, oldest_version=oldest)
+        format_version=fv, oldest_version=oldest, external=external)

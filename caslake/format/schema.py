@@ -76,6 +76,9 @@ class Field:
 class TableSchema:
     fields: tuple[Field, ...]
     schema_id: int = 0
+    # The highest field id ever assigned, including those of dropped columns: a
+    # new column always gets a fresh id, so it can never read a dropped one's data.
+    highest_field_id: int = 0
 
     @staticmethod
     def from_arrow(schema: pa.Schema) -> TableSchema:
@@ -90,7 +93,7 @@ class TableSchema:
             fields.append(Field(i, f.name, type_to_str(f.type), f.nullable))
         if not fields:
             raise InvalidArgument("a table needs at least one column")
-        return TableSchema(tuple(fields))
+        return TableSchema(tuple(fields), highest_field_id=len(fields))
 
     def to_arrow(self) -> pa.Schema:
         return pa.schema([
@@ -105,7 +108,7 @@ class TableSchema:
 
     @property
     def last_field_id(self) -> int:
-        return max(f.id for f in self.fields)
+        return max(self.highest_field_id, *(f.id for f in self.fields))
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -115,6 +118,9 @@ class TableSchema:
 
     def by_id(self) -> dict[int, Field]:
         return {f.id: f for f in self.fields}
+
+    def find(self, name: str) -> Field | None:
+        return next((f for f in self.fields if f.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_id": self.schema_id, "last_field_id": self.last_field_id,

@@ -28,7 +28,7 @@ from typing import Any
 from pyroaring import BitMap
 
 from caslake.errors import CorruptMetadata, UnsupportedFormatVersion
-from caslake.format import FORMAT_VERSION, MAX_INT64
+from caslake.format import BASE_FORMAT_VERSION, FORMAT_VERSION, MAX_INT64
 from caslake.format.keys import DATA_PREFIX, check_relative_key
 
 MAGIC = b"CLTB"
@@ -85,7 +85,7 @@ class Tombstone:
                 blobs.append(blob)
                 offset += len(blob)
             entries.append(entry)
-        header = json.dumps({"format": TOMBSTONE_FORMAT, "format_version": FORMAT_VERSION,
+        header = json.dumps({"format": TOMBSTONE_FORMAT, "format_version": BASE_FORMAT_VERSION,
                              "table_id": self.table_id, "commit_id": self.commit_id,
                              "files": entries}, separators=(",", ":")).encode()
         body = MAGIC + struct.pack("<I", len(header)) + header + b"".join(blobs)

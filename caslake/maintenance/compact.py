@@ -33,13 +33,12 @@ from dataclasses import dataclass, replace
 from caslake.errors import ConcurrentModification, CorruptMetadata, InvalidArgument
 from caslake.format.manifest import DataFile
 from caslake.table.changes import Changes
+from caslake.table.history import COMPACT
 from caslake.table.metadata_io import Snapshot
 from caslake.table.requirements import FilesUntouchedSince
 from caslake.table.runner import CommitResult, TableContext, noop_result, run_operation
 from caslake.table.scan import Scan, SnapshotSubset
 from caslake.table.write import write_data_files
-
-COMPACT = "compact"
 
 
 @dataclass(frozen=True)

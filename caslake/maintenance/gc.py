@@ -10,10 +10,17 @@ The rules (docs/protocol.md, "GC"):
 * **Marker first.** Before deleting anything, GC commits an ``expire`` version
   whose ``oldest_version`` says which versions may be gone; readers then answer
   ``VersionNotFound`` for them instead of meeting missing manifests.
+* **Every ref.** Each branch is expired by its own history (and the table's
+  ``retention.keep_last_versions`` cap); every live tag's and clone hold's
+  version is retained whole.  Refs are listed again before deleting, and the
+  computation starts over if one was created or dropped meanwhile.
 * **Only the unreferenced and the old.** An object under ``manifest/``,
   ``data/`` or ``tombstone/`` is deleted only if no retained version references
   it (its manifest, the segments it reads, its data files, its tombstones) and
   it was last modified before the cutoff.  The pointer is never deleted.
+* **Lock files.** Then the store's unused lock files are collected
+  (``ObjectStore.collect_stale_locks``: the local store's per-key flock files,
+  removed only while held exclusively; see :mod:`caslake.store.local`).
 
 A crash at any point leaves a valid table: the marker is an ordinary commit,
 and every deletion removes an object no retained version can reach.  Running GC
@@ -30,9 +37,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from caslake.errors import InvalidArgument
+from caslake.errors import InvalidArgument, RefNotFound, RetryBudgetExhausted
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX
+from caslake.format.properties import retention_policy
+from caslake.format.refs import BRANCH_PREFIX, REFS_PREFIX, branch_key
 from caslake.store.base import ObjectStore
+from caslake.table import refs
 from caslake.table.changes import Changes
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.runner import TableContext, run_operation
@@ -71,6 +81,8 @@ class GcReport:
     deleted: dict[str, list[str]] = field(default_factory=dict)  # prefix -> keys
     bytes_deleted: int = 0
     kept_too_young: int = 0  # unreferenced, but modified after the cutoff
+    multipart_aborted: int = 0  # unfinished multipart uploads begun before the cutoff
+    lock_files_deleted: int = 0  # the store's unused lock files (local store only)
 
     @property
     def deleted_count(self) -> int:
@@ -82,7 +94,9 @@ class GcReport:
                 "retained_versions": self.retained_versions,
                 "deleted": {k: len(v) for k, v in sorted(self.deleted.items())},
                 "deleted_keys": {k: sorted(v) for k, v in sorted(self.deleted.items())},
-                "bytes_deleted": self.bytes_deleted, "kept_too_young": self.kept_too_young}
+                "bytes_deleted": self.bytes_deleted, "kept_too_young": self.kept_too_young,
+                "multipart_aborted": self.multipart_aborted,
+                "lock_files_deleted": self.lock_files_deleted}
 
 
 def check_retention(retention: timedelta, force: bool) -> None:
@@ -96,13 +110,19 @@ def check_retention(retention: timedelta, force: bool) -> None:
             "force=True (--force) only if no writer can be running that long")
 
 
-def collect_garbage(ctx: TableContext, *, retention: timedelta = DEFAULT_RETENTION,
+def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
                     dry_run: bool = False, now: datetime | None = None,
                     force: bool = False, extra_roots: Sequence[RootsProvider] = ()
                     ) -> GcReport:
-    """Expire versions older than ``retention`` and delete what no retained version
-    references, nor any of ``extra_roots`` keeps.  ``now`` is injectable for tests;
-    it defaults to the handle's clock."""
+    """Expire versions older than ``retention`` on every branch and delete what no
+    retained version, tag or hold references, nor any of ``extra_roots`` keeps.
+    ``retention`` None: the table's retention policy (``retention.max_age``,
+    default 7 days, and ``retention.keep_last_versions``).  ``now`` is injectable
+    for tests; it defaults to the handle's clock."""
+    head = ctx.refresh()
+    policy = retention_policy(head.manifest.properties)
+    if retention is None:
+        retention = policy.max_age if policy.max_age is not None else DEFAULT_RETENTION
     check_retention(retention, force)
     now = now or datetime.fromtimestamp(ctx.now_ms() / 1000, UTC)
     if now.tzinfo is None:
@@ -110,19 +130,42 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta = DEFAULT_RETENTI
     cutoff = now - retention
     cutoff_ms = int(cutoff.timestamp() * 1000)
     io = ctx.io
-    head = ctx.refresh()
-    oldest = _oldest_to_keep(io, head, cutoff_ms)
-    if oldest > head.manifest.oldest_version and not dry_run:
-        head = _commit_marker(ctx, oldest)
-    retained = _retained(io, head, oldest)
-    referenced = _referenced(io, retained)
+    for _ in range(_REF_ROUNDS):
+        refs_seen = _ref_keys(ctx)
+        retained: list[Snapshot] = []
+        own: tuple[Snapshot, int, int] | None = None
+        for name in refs.list_branches(io):
+            try:
+                bhead = refs.branch_head(io, name)
+            except RefNotFound:
+                continue  # dropped while we listed
+            oldest = _oldest_to_keep(io, bhead, cutoff_ms, policy.keep_last_versions)
+            if oldest > bhead.manifest.oldest_version and not dry_run:
+                bhead = _commit_marker(_branch_context(ctx, name, bhead), oldest)
+            kept = _retained(io, bhead, oldest)
+            retained.extend(kept)
+            if branch_key(name) == ctx.pointer_key:
+                own = (bhead, oldest, len(kept))
+        retained.extend(refs.tag_snapshot(io, t.name) for t in refs.list_tags(io))
+        retained.extend(refs.target_snapshot(io, h.target, where=h.key)
+                        for h in refs.list_holds(io))
+        referenced = _referenced(io, retained)
+        # A ref created while we computed may name what we were about to delete.
+        if _ref_keys(ctx) == refs_seen:
+            break
+    else:
+        raise RetryBudgetExhausted("gc: refs kept being created or dropped while it ran",
+                                   attempts=_REF_ROUNDS)
+    if own is None:
+        raise RefNotFound("branch", ctx.pointer_key)
+    head, oldest, n_kept = own
     prefixes = list(_PREFIXES)
-    for provider in extra_roots:  # read after the marker: what exports reference now
+    for provider in extra_roots:  # read after the markers: what exports reference now
         roots = provider(ctx.store)
         referenced |= roots.keep
         prefixes += [p for p in roots.prefixes if p not in prefixes]
     report = GcReport(dry_run=dry_run, cutoff=cutoff, head_version=head.version,
-                      oldest_version=oldest, retained_versions=len(retained))
+                      oldest_version=oldest, retained_versions=n_kept)
     doomed: list[tuple[str, int]] = []
     for prefix in prefixes:
         for meta in ctx.store.list(prefix):
@@ -136,20 +179,58 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta = DEFAULT_RETENTI
             report.bytes_deleted += meta.size
     if not dry_run:
         _delete_all(ctx, (k for k, _ in doomed))
+        report.lock_files_deleted = ctx.store.collect_stale_locks()
+    # Unfinished multipart uploads (a purge that died mid-splice) are invisible to
+    # list() but billed: abort those begun before the cutoff.  An upload of unknown
+    # age is kept, as a young object is.
+    for prefix in _PREFIXES:
+        for upload in ctx.store.list_multipart_uploads(prefix):
+            if upload.initiated is None or upload.initiated >= cutoff:
+                continue
+            report.multipart_aborted += 1
+            if not dry_run:
+                ctx.store.abort_multipart_upload(upload)
     ctx.refresh()
     return report
 
 
-def _oldest_to_keep(io: MetadataIO, head: Snapshot, cutoff_ms: int) -> int:
+_REF_ROUNDS = 5
+
+
+def _ref_keys(ctx: TableContext) -> list[tuple[str, str]]:
+    """Every ref object's key, with the ETag of tags and holds (a branch head moves
+    with every commit, which never needs a new gc round: a commit references only
+    retained or new objects)."""
+    out = []
+    for meta in ctx.store.list(REFS_PREFIX):
+        out.append((meta.key, "" if meta.key.startswith(BRANCH_PREFIX) else meta.etag))
+    return sorted(out)
+
+
+def _branch_context(ctx: TableContext, name: str, head: Snapshot) -> TableContext:
+    key = branch_key(name)
+    if key == ctx.pointer_key:
+        return ctx
+    return TableContext(ctx.store, head, io=ctx.io, commit_policy=ctx.commit_policy,
+                        pointer_key=key, now_ms=ctx.now_ms)
+
+
+def _oldest_to_keep(io: MetadataIO, head: Snapshot, cutoff_ms: int,
+                    keep_last: int | None = None) -> int:
     """The newest version committed at or before the cutoff (it was the table as of
-    the cutoff), never below what an earlier GC already expired.  Expiry markers
-    change no data, so they are passed over: a second GC right after the first
-    finds nothing to expire instead of expiring the first one's marker."""
+    the cutoff), raised to keep at most ``keep_last`` versions, never below what an
+    earlier GC already expired.  Expiry markers change no data, so they are passed
+    over: a second GC right after the first finds nothing to expire instead of
+    expiring the first one's marker."""
     floor = head.manifest.oldest_version
+    by_age = floor
     for snap in io.history(head):
         if snap.manifest.created_at_ms <= cutoff_ms and snap.manifest.operation != EXPIRE:
-            return max(floor, snap.version)
-    return floor
+            by_age = max(floor, snap.version)
+            break
+    if keep_last is not None:
+        by_age = max(by_age, head.version - keep_last + 1)
+    return min(by_age, head.version)
 
 
 def _commit_marker(ctx: TableContext, oldest: int) -> Snapshot:

@@ -10,6 +10,7 @@
     caslake.spark.read_native(spark, uri, version=3)      # Spark's own Parquet reader
     caslake.spark.write_dataset(df, root, "silver/orders")  # RFC-0008 dataset, one commit
     caslake.spark.read_dataset(spark, root, "silver/orders")
+    caslake.spark.save(df, uri, mode="errorifexists")     # every Spark save mode
 
 Needs the ``spark`` extra (``pyspark>=4.3,<4.4``).  See
 :mod:`caslake.spark.source` for the options and guarantees.
@@ -22,6 +23,7 @@ from pyspark.sql import SparkSession
 from caslake.spark.dataset import read_dataset, write_dataset
 from caslake.spark.dml import delete, upsert
 from caslake.spark.native import read_native
+from caslake.spark.save import save
 from caslake.spark.source import (
     SOURCE_NAME,
     CaslakeDataSource,
@@ -43,6 +45,7 @@ __all__ = [
     "read_dataset",
     "read_native",
     "register",
+    "save",
     "upsert",
     "write_dataset",
 ]
@@ -50,6 +53,12 @@ __all__ = [
 
 def register(spark: SparkSession) -> None:
     """Register the ``caslake`` data source on ``spark`` and enable filter pushdown
-    (``spark.sql.python.filterPushdown.enabled``), which the reader implements."""
+    (``spark.sql.python.filterPushdown.enabled``), which the reader implements.
+
+    Writes: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``.
+    PySpark 4.3 refuses the other save modes (``errorifexists``, its default,
+    ``error`` and ``ignore``) for Python data sources before caslake runs; use
+    ``caslake.spark.save(df, uri, mode="errorifexists")`` for those (any of the
+    five modes, with Spark's meaning, and caslake errors raised as themselves)."""
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(CaslakeDataSource)

@@ -47,8 +47,38 @@ class Cost:
     rows: int
     version: int
     objects: int  # objects the step created on storage (data, tombstones, manifests)
-    bytes: int
+    bytes: int  # bytes of the objects it created
     seconds: float
+    deleted: int = 0  # objects the step removed (gc)
+    deleted_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ObjectDelta:
+    """Objects a step wrote and deleted, counted apart (a gc step does both)."""
+
+    written: int
+    written_bytes: int
+    deleted: int
+    deleted_bytes: int
+
+    @classmethod
+    def between(cls, before: dict[str, int], after: dict[str, int]) -> ObjectDelta:
+        new = [p for p in after if before.get(p) != after[p]]
+        gone = [p for p in before if p not in after]
+        return cls(len(new), sum(after[p] for p in new), len(gone),
+                   sum(before[p] for p in gone))
+
+    def describe(self) -> str:
+        text = f"{self.written} objects ({self.written_bytes:,} bytes) written"
+        if self.deleted:
+            text += f", {self.deleted} ({self.deleted_bytes:,} bytes) deleted"
+        return text
+
+
+def demo_root(path: str | None) -> Path:
+    """``path`` if given, else a fresh temporary directory (two runs never collide)."""
+    return Path(path) if path else Path(tempfile.mkdtemp(prefix="caslake-spark-demo-"))
 
 
 def spark_session() -> SparkSession:
@@ -84,9 +114,9 @@ def events(spark: SparkSession, first: int, n: int, partitions: int = 4) -> Data
     )
 
 
-def objects(root: Path) -> tuple[int, int]:
-    files = [p for p in root.rglob("*") if p.is_file()]
-    return len(files), sum(p.stat().st_size for p in files)
+def objects(root: Path) -> dict[str, int]:
+    """Every object under ``root`` (path -> size)."""
+    return {str(p): p.stat().st_size for p in root.rglob("*") if p.is_file()}
 
 
 class Pipeline:
@@ -104,7 +134,7 @@ class Pipeline:
     def step(self, title: str) -> Iterator[Callable[[int], None]]:
         print(f"\n== {title}", flush=True)
         table_dir = Path(self.uri)
-        before = objects(table_dir) if table_dir.exists() else (0, 0)
+        before = objects(table_dir) if table_dir.exists() else {}
         rows = [0]
         start = time.perf_counter()
 
@@ -113,13 +143,13 @@ class Pipeline:
 
         yield set_rows
         elapsed = time.perf_counter() - start
-        after = objects(table_dir)
+        delta = ObjectDelta.between(before, objects(table_dir))
         version = self.table().version if table_dir.exists() else -1
-        cost = Cost(title, rows[0], version, after[0] - before[0], after[1] - before[1], elapsed)
+        cost = Cost(title, rows[0], version, delta.written, delta.written_bytes, elapsed,
+                    delta.deleted, delta.deleted_bytes)
         self.costs.append(cost)
-        print(f"   -> {cost.rows:,} rows, table version {cost.version}, "
-              f"{cost.objects} objects ({cost.bytes:,} bytes) written, {cost.seconds:.2f} s",
-              flush=True)
+        print(f"   -> {cost.rows:,} rows, table version {cost.version}, {delta.describe()}, "
+              f"{cost.seconds:.2f} s", flush=True)
 
     def read(self, **options: str) -> DataFrame:
         reader = self.spark.read.format("caslake")
@@ -215,14 +245,19 @@ class Pipeline:
 
     def report(self) -> None:
         print("\n== history")
-        for h in self.table().history():
+        history = self.table().history()
+        for h in history:
             print(f"   v{h.version:<3} {h.operation:<10} {h.total_rows:>12,} rows "
                   f"{h.total_files:>5} files  {h.created_at:%H:%M:%S}")
+        if history and history[-1].version > 0:
+            print(f"   (gc expired versions before v{history[-1].version}: retention 0 for "
+                  "the demo; time travel reaches only the versions listed)")
         print("\n== what each step cost")
-        print(f"   {'step':<62} {'rows':>11} {'version':>7} {'objects':>7} {'seconds':>8}")
+        print(f"   {'step':<54} {'rows':>11} {'version':>7} {'written':>7} {'deleted':>7} "
+              f"{'seconds':>8}")
         for c in self.costs:
-            print(f"   {c.step[:62]:<62} {c.rows:>11,} {c.version:>7} {c.objects:>7} "
-                  f"{c.seconds:>8.2f}")
+            print(f"   {c.step[:54]:<54} {c.rows:>11,} {c.version:>7} {c.objects:>7} "
+                  f"{c.deleted:>7} {c.seconds:>8.2f}")
         report = caslake.open_table(self.uri).describe()
         print(f"\n   table {self.uri}: version {report['version']}, {report['rows']:,} rows in "
               f"{report['files']} files")
@@ -255,10 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--appends", type=int, default=4)
     ap.add_argument("--stream-rows", type=int, default=100_000)
     args = ap.parse_args(argv)
-    root = Path(args.path) if args.path else Path(tempfile.gettempdir()) / "caslake-spark-demo"
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
+    root = demo_root(args.path)
+    if (root / "events").exists():
+        shutil.rmtree(root / "events")  # a path given again: start the story afresh
+    root.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     run(root, args.rows, args.appends, args.stream_rows)
     print(f"\ndone in {time.perf_counter() - start:.1f} s; the table is at {root / 'events'}")

@@ -104,8 +104,17 @@ def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
     deleted = deleted_positions(table, snap, files)
     clean = [f for f in files if f.path not in deleted]
     dirty = [f for f in files if f.path in deleted and len(deleted[f.path]) < f.row_count]
-    reader = spark.read.schema(StructType([StructField(f.name, f.dataType, True)
-                                           for f in result]))
+    # Spark's reader matches columns by Parquet field id once the table's schema has
+    # evolved (renamed, dropped, re-added columns), never by name (format.md,
+    # "Reading by field id"); a field a file lacks reads as NULL.
+    by_id = snap.manifest.schema.schema_id > 0
+    if by_id:
+        spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
+    ids = {f.name: f.id for f in snap.manifest.schema.fields}
+    reader = spark.read.schema(StructType([
+        StructField(f.name, f.dataType, True,
+                    {"parquet.field.id": ids[f.name]} if by_id else None)
+        for f in result]))
     glob_safe_root = _GLOB_SPECIAL.sub(r"\\\1", read_root)  # Spark globs every path
 
     def paths(fs: list[DataFile]) -> list[str]:

@@ -18,15 +18,19 @@ from collections.abc import Mapping
 
 from caslake.errors import StoreConfigError
 from caslake.store.base import (
+    COMPOSE,
     DELETE,
     GET,
     GET_RANGE,
     HEAD,
     LIST,
     PUT,
+    ComposePart,
+    CopyFrom,
     GetResult,
     IfMatch,
     Mode,
+    MultipartUpload,
     ObjectMeta,
     ObjectStore,
     PutMode,
@@ -38,17 +42,21 @@ from caslake.store.memory import MemoryStore
 from caslake.store.s3 import S3Store
 
 __all__ = [
+    "COMPOSE",
     "DELETE",
     "GET",
     "GET_RANGE",
     "HEAD",
     "LIST",
     "PUT",
+    "ComposePart",
+    "CopyFrom",
     "GetResult",
     "IfMatch",
     "LocalStore",
     "MemoryStore",
     "Mode",
+    "MultipartUpload",
     "ObjectMeta",
     "ObjectStore",
     "PutMode",

@@ -90,19 +90,23 @@ class StoreCounters:
     requests: dict[str, int] = field(default_factory=dict)
     bytes_in: int = 0  # downloaded
     bytes_out: int = 0  # uploaded
+    bytes_copied: int = 0  # copied inside the store (server-side), never crossing the wire
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def record(self, kind: str, *, bytes_in: int = 0, bytes_out: int = 0, count: int = 1) -> None:
+    def record(self, kind: str, *, bytes_in: int = 0, bytes_out: int = 0, count: int = 1,
+               bytes_copied: int = 0) -> None:
         with self._lock:
             self.requests[kind] = self.requests.get(kind, 0) + count
             self.bytes_in += bytes_in
             self.bytes_out += bytes_out
+            self.bytes_copied += bytes_copied
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             out = dict(self.requests)
             out["bytes_in"] = self.bytes_in
             out["bytes_out"] = self.bytes_out
+            out["bytes_copied"] = self.bytes_copied
             return out
 
     def reset(self) -> None:
@@ -110,6 +114,7 @@ class StoreCounters:
             self.requests.clear()
             self.bytes_in = 0
             self.bytes_out = 0
+            self.bytes_copied = 0
 
     def count(self, kind: str) -> int:
         with self._lock:
@@ -124,6 +129,64 @@ PUT = "put"
 HEAD = "head"
 LIST = "list"
 DELETE = "delete"
+# compose (multipart assembly); S3 counts each multipart call, other stores one COMPOSE.
+COMPOSE = "compose"
+MPU_CREATE = "mpu_create"
+MPU_UPLOAD_PART = "mpu_upload_part"
+MPU_COPY_PART = "mpu_copy_part"
+MPU_COMPLETE = "mpu_complete"
+MPU_ABORT = "mpu_abort"
+MPU_LIST = "mpu_list"
+
+#: S3's minimum size of every part of a multipart upload but the last.
+MIN_PART_SIZE = 5 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CopyFrom:
+    """A compose part: bytes ``[start, end)`` of the object ``key`` whose ETag is ``etag``."""
+
+    key: str
+    start: int
+    end: int
+    etag: str
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+#: A compose part: a range copied inside the store, or bytes sent by the client.
+ComposePart = CopyFrom | bytes
+
+
+@dataclass(frozen=True)
+class MultipartUpload:
+    """An unfinished multipart upload (invisible to :meth:`ObjectStore.list`)."""
+
+    key: str
+    upload_id: str
+    initiated: datetime | None
+
+
+def part_size(part: ComposePart) -> int:
+    return part.size if isinstance(part, CopyFrom) else len(part)
+
+
+def check_compose_parts(dest: str, parts: Sequence[ComposePart], min_part_size: int) -> None:
+    """Every backend enforces S3's rules, so a plan that works on one works on all."""
+    from caslake.errors import InvalidArgument
+
+    if not parts:
+        raise InvalidArgument(f"compose of {dest!r} needs at least one part")
+    for i, part in enumerate(parts):
+        if isinstance(part, CopyFrom) and not 0 <= part.start < part.end:
+            raise InvalidArgument(f"compose of {dest!r}: part {i + 1} copies an empty or "
+                                  f"negative range [{part.start}, {part.end})")
+        if i < len(parts) - 1 and part_size(part) < min_part_size:
+            raise InvalidArgument(
+                f"compose of {dest!r}: part {i + 1} of {len(parts)} is {part_size(part)} "
+                f"bytes; every part but the last must be at least {min_part_size}")
 
 
 class ObjectStore(ABC):
@@ -173,6 +236,11 @@ class ObjectStore(ABC):
         Counts nothing: callers record the reads they make."""
         return None
 
+    def collect_stale_locks(self) -> int:
+        """Remove bookkeeping lock files no operation is using; return how many.
+        Only stores that keep such files (the local one) have any."""
+        return 0
+
     def staging_dir(self) -> str | None:
         """A local directory where callers should build files meant for
         :meth:`put_file`, or None for the system temp directory."""
@@ -184,6 +252,42 @@ class ObjectStore(ABC):
         with open(path, "rb") as f:
             data = f.read()
         return self.put(key, data, mode=mode)
+
+    # --- compose (multipart assembly) ---------------------------------------------
+
+    #: The smallest non-final part :meth:`compose` accepts (S3's rule, on every backend).
+    min_part_size: int = MIN_PART_SIZE
+
+    def compose(self, dest: str, parts: Sequence[ComposePart]) -> str:
+        """Create ``dest`` (create-only) as the concatenation of ``parts``; return its ETag.
+
+        A :class:`CopyFrom` part is copied inside the store when the backend can
+        (S3 UploadPartCopy; a local file copy), counted in ``counters.bytes_copied``;
+        bytes parts are uploaded, counted in ``bytes_out``.  Every part but the last
+        must be at least :attr:`min_part_size` bytes (InvalidArgument otherwise).
+        Raises PreconditionFailed if a source's ETag is no longer the one named (the
+        new object is then not left behind), NotFound if a source is gone,
+        AlreadyExists if ``dest`` exists, and
+        :class:`~caslake.errors.StoreCapabilityUnsupported` if the backend cannot
+        copy ranges (the caller uploads the whole object instead).  ``dest`` is
+        visible whole or not at all.
+
+        This default assembles the object on the client: ranges are downloaded
+        (pinned to their ETag) and the whole object is put create-only.
+        """
+        check_compose_parts(dest, parts, self.min_part_size)
+        chunks = [self.get_ranges(p.key, [(p.start, p.end)], etag=p.etag)[0]
+                  if isinstance(p, CopyFrom) else p for p in parts]
+        return self.put(dest, b"".join(chunks), mode=PutMode.CREATE)
+
+    def list_multipart_uploads(self, prefix: str = "") -> Sequence[MultipartUpload]:
+        """Unfinished multipart uploads under ``prefix``; [] on stores without them."""
+        return []
+
+    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
+        """Abort one unfinished upload, freeing its parts.  Aborting a finished or
+        unknown upload is not an error.  Stores without multipart uploads have none."""
+        _ = upload
 
     def exists(self, key: str) -> bool:
         from caslake.errors import NotFound

@@ -25,9 +25,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from caslake.errors import CaslakeError, TransientStoreError
-from caslake.store.base import GetResult, Mode, ObjectMeta, ObjectStore, PutMode
+from caslake.store.base import (
+    ComposePart,
+    GetResult,
+    Mode,
+    MultipartUpload,
+    ObjectMeta,
+    ObjectStore,
+    PutMode,
+)
 
-ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
+ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete", "compose",
+                     "list_multipart_uploads", "abort_multipart_upload"})
 
 
 class SimulatedCrash(BaseException):
@@ -144,9 +153,33 @@ class FaultyStore(ObjectStore):
     def delete(self, key: str) -> None:
         self._run("delete", key, lambda: self.inner.delete(key))
 
+    @property  # type: ignore[override]
+    def min_part_size(self) -> int:
+        """The wrapped store's rule, so plans made through the wrapper fit it."""
+        return self.inner.min_part_size
+
+    @min_part_size.setter
+    def min_part_size(self, value: int) -> None:
+        self.inner.min_part_size = value
+
+    def compose(self, dest: str, parts: Sequence[ComposePart]) -> str:
+        return self._run("compose", dest,  # type: ignore[return-value]
+                         lambda: self.inner.compose(dest, parts))
+
+    def list_multipart_uploads(self, prefix: str = "") -> Sequence[MultipartUpload]:
+        return self._run("list_multipart_uploads", prefix,  # type: ignore[return-value]
+                         lambda: self.inner.list_multipart_uploads(prefix))
+
+    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
+        self._run("abort_multipart_upload", upload.key,
+                  lambda: self.inner.abort_multipart_upload(upload))
+
     def local_path(self, key: str, *, etag: str | None = None) -> str | None:
         # Reads through a local path would bypass fault injection: force store reads.
         return None
+
+    def collect_stale_locks(self) -> int:
+        return self.inner.collect_stale_locks()
 
     def staging_dir(self) -> str | None:
         return self.inner.staging_dir()

@@ -11,7 +11,8 @@ threads *and* processes sharing one directory:
 * **Overwrite, compare-and-swap and delete** take an exclusive ``flock`` on a
   per-key lock file ``<root>/.caslake-locks/<sha1 of key>``, so that the ETag
   comparison and the ``os.replace``/``unlink`` happen as one step.  Lock
-  files are never removed (removing them would race with lockers).
+  files are removed only by ``collect_stale_locks`` (gc), under the same flock,
+  and a locker re-checks after acquiring that the path still names its file.
 * **ETags** are ``"<inode>-<mtime_ns>-<size>"`` (hex) from ``os.stat``.  Each
   write creates a new inode and stamps it with a nanosecond mtime strictly
   later than the file it replaces, so every write changes the ETag even when
@@ -40,6 +41,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote
 
 from caslake.errors import (
@@ -51,12 +53,15 @@ from caslake.errors import (
     TransientStoreError,
 )
 from caslake.store.base import (
+    COMPOSE,
     DELETE,
     GET,
     GET_RANGE,
     HEAD,
     LIST,
     PUT,
+    ComposePart,
+    CopyFrom,
     GetResult,
     IfMatch,
     Mode,
@@ -64,6 +69,7 @@ from caslake.store.base import (
     ObjectStore,
     PutMode,
     StoreCounters,
+    check_compose_parts,
     normalize_etag,
 )
 from caslake.store.keys import RESERVED_PREFIX, check_key, check_prefix
@@ -74,6 +80,20 @@ TMP_DIR = RESERVED_PREFIX + "tmp"
 LOCK_DIR = RESERVED_PREFIX + "locks"
 
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def _still_linked(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (lock files are unlinked
+    by :meth:`LocalStore.collect_stale_locks`)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_ino, st.st_dev) == (mine.st_ino, mine.st_dev)
 
 
 def etag_from_stat(st: os.stat_result) -> str:
@@ -142,13 +162,55 @@ class LocalStore(ObjectStore):
     @contextlib.contextmanager
     def _key_lock(self, key: str) -> Iterator[None]:
         lock_path = self._lock_path(key)
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        while True:
+            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if _still_linked(fd, lock_path):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            # The collector unlinked this file while we waited: a locker that
+            # opens the path now gets a new file, so our lock excludes no one.
+            os.close(fd)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the flock
+
+    def collect_stale_locks(self) -> int:
+        """Unlink every lock file nobody holds; return how many.
+
+        Safe against concurrent lockers: a file is unlinked only while this
+        process holds its exclusive flock (taken without blocking, so a held
+        file is skipped), and every locker checks after acquiring that the path
+        still names the inode it locked, and starts over otherwise."""
+        lock_dir = self.root / LOCK_DIR
+        try:
+            names = os.listdir(lock_dir)
+        except FileNotFoundError:
+            return 0
+        removed = 0
+        for name in names:
+            path = lock_dir / name
+            try:
+                fd = os.open(path, os.O_RDWR | _CLOEXEC)
+            except (FileNotFoundError, IsADirectoryError):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if _still_linked(fd, path):
+                    os.unlink(path)
+                    removed += 1
+            except BlockingIOError:
+                continue  # in use by a compare-and-swap or delete right now
+            except FileNotFoundError:
+                continue
+            finally:
+                os.close(fd)
+        return removed
 
     def _fsync_dir(self, directory: Path) -> None:
         if not self.fsync:
@@ -342,11 +404,17 @@ class LocalStore(ObjectStore):
 
     def _put_once(self, key: str, path: Path, data: bytes, mode: Mode) -> str:
         self.counters.record(PUT, bytes_out=len(data))
-        try:
+        with self._write_errors(key):
             path.parent.mkdir(parents=True, exist_ok=True)
             if mode is PutMode.CREATE:
                 return self._create(key, path, data)
             return self._replace(key, path, data, mode)
+
+    @contextlib.contextmanager
+    def _write_errors(self, key: str) -> Iterator[None]:
+        """Map the OSErrors of writing ``key`` to the caslake error tree."""
+        try:
+            yield
         except (NotADirectoryError, FileExistsError) as exc:
             raise StoreError(f"cannot write {key!r}: a parent path is a file ({exc})",
                              key=key) from exc
@@ -376,6 +444,12 @@ class LocalStore(ObjectStore):
         src = Path(path)
         if mode is not PutMode.CREATE or src.parent != self.root / TMP_DIR:
             return super().put_file(key, path, mode=mode)
+        return self._link_staged(key, src, PUT, uploaded=None)
+
+    def _link_staged(self, key: str, src: Path, kind: str, *, uploaded: int | None,
+                     copied: int = 0) -> str:
+        """Publish the staged file ``src`` at ``key`` create-only (a hard link), counting
+        one ``kind`` request with ``uploaded`` bytes out (None: the file's size)."""
         dst = self._path(key)
         fd = os.open(src, os.O_RDONLY)
         try:
@@ -386,7 +460,8 @@ class LocalStore(ObjectStore):
             st = os.fstat(fd)
         finally:
             os.close(fd)
-        self.counters.record(PUT, bytes_out=st.st_size)
+        self.counters.record(kind, bytes_out=st.st_size if uploaded is None else uploaded,
+                             bytes_copied=copied)
         try:
             dst.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -464,3 +539,58 @@ class LocalStore(ObjectStore):
         except OSError as exc:
             raise _os_error(exc, f"cannot delete {key!r}", key) from exc
         self._fsync_dir(path.parent)
+
+    # --- compose ------------------------------------------------------------------
+
+    _COPY_CHUNK = 8 * 1024 * 1024
+
+    def compose(self, dest: str, parts: Sequence[ComposePart]) -> str:
+        """Copies ranges file to file into a staged file, then links it create-only.
+        Each source is opened once and checked against its ETag on that descriptor,
+        so the bytes copied are those of the named version (see ObjectStore)."""
+        self._path(dest)
+        check_compose_parts(dest, parts, self.min_part_size)
+        tmp = Path(self.staging_dir()) / f"{uuid.uuid4().hex}.compose.tmp"
+        copied = uploaded = 0
+        try:
+            with self._write_errors(dest):
+                with open(tmp, "wb") as out:
+                    for part in parts:
+                        if isinstance(part, CopyFrom):
+                            self._copy_range_into(out, part)
+                            copied += part.size
+                        else:
+                            out.write(part)
+                            uploaded += len(part)
+                return self._link_staged(dest, tmp, COMPOSE, uploaded=uploaded, copied=copied)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def _copy_range_into(self, out: BinaryIO, part: CopyFrom) -> None:
+        path = self._path(part.key)
+        try:
+            fd = os.open(path, _READ_FLAGS)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise NotFound(f"compose source {part.key!r} is gone from {self.uri}",
+                           key=part.key) from None
+        try:
+            st = os.fstat(fd)
+            if etag_from_stat(st) != normalize_etag(part.etag):
+                raise PreconditionFailed(
+                    f"compose source {part.key!r} changed: ETag is {etag_from_stat(st)}, "
+                    f"expected {normalize_etag(part.etag)}", key=part.key)
+            if part.end > st.st_size:
+                from caslake.errors import InvalidArgument
+
+                raise InvalidArgument(f"compose copies [{part.start}, {part.end}) of "
+                                      f"{part.key!r}, which has {st.st_size} bytes")
+            pos = part.start
+            while pos < part.end:
+                chunk = os.pread(fd, min(self._COPY_CHUNK, part.end - pos), pos)
+                if not chunk:
+                    raise StoreError(f"{part.key!r} ended early while copying", key=part.key)
+                out.write(chunk)
+                pos += len(chunk)
+        finally:
+            os.close(fd)

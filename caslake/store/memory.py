@@ -17,12 +17,15 @@ from datetime import UTC, datetime
 
 from caslake.errors import AlreadyExists, NotFound, PreconditionFailed
 from caslake.store.base import (
+    COMPOSE,
     DELETE,
     GET,
     GET_RANGE,
     HEAD,
     LIST,
     PUT,
+    ComposePart,
+    CopyFrom,
     GetResult,
     IfMatch,
     Mode,
@@ -30,6 +33,7 @@ from caslake.store.base import (
     ObjectStore,
     PutMode,
     StoreCounters,
+    check_compose_parts,
     normalize_etag,
 )
 from caslake.store.keys import check_key, check_prefix
@@ -180,3 +184,37 @@ class MemoryStore(ObjectStore):
         self.counters.record(DELETE)
         with self._space.lock:
             self._space.objects.pop(key, None)
+
+    def compose(self, dest: str, parts: Sequence[ComposePart]) -> str:
+        """Copies ranges inside the space, atomically under its lock (see ObjectStore)."""
+        check_key(dest)
+        check_compose_parts(dest, parts, self.min_part_size)
+        copied = uploaded = 0
+        with self._space.lock:
+            chunks: list[bytes] = []
+            for part in parts:
+                if isinstance(part, CopyFrom):
+                    entry = self._space.objects.get(check_key(part.key))
+                    if entry is None:
+                        raise NotFound(f"compose source {part.key!r} is gone from {self.uri}",
+                                       key=part.key)
+                    if entry.etag != normalize_etag(part.etag):
+                        raise PreconditionFailed(
+                            f"compose source {part.key!r} changed: ETag is {entry.etag}, "
+                            f"expected {normalize_etag(part.etag)}", key=part.key)
+                    if part.end > len(entry.data):
+                        from caslake.errors import InvalidArgument
+
+                        raise InvalidArgument(f"compose copies [{part.start}, {part.end}) of "
+                                              f"{part.key!r}, which has {len(entry.data)} bytes")
+                    chunks.append(entry.data[part.start:part.end])
+                    copied += part.size
+                else:
+                    chunks.append(bytes(part))
+                    uploaded += len(part)
+            if dest in self._space.objects:
+                raise AlreadyExists(f"object {dest!r} already exists in {self.uri}", key=dest)
+            new = _Entry(b"".join(chunks), _new_etag(), datetime.now(UTC))
+            self._space.objects[dest] = new
+        self.counters.record(COMPOSE, bytes_out=uploaded, bytes_copied=copied)
+        return new.etag

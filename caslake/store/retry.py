@@ -184,5 +184,8 @@ class RetryingStore(ObjectStore):
     def local_path(self, key: str, *, etag: str | None = None) -> str | None:
         return self.inner.local_path(key, etag=etag)
 
+    def collect_stale_locks(self) -> int:
+        return self.inner.collect_stale_locks()
+
     def staging_dir(self) -> str | None:
         return None  # staged files are read back and re-put, so any directory will do

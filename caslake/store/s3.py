@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import obstore
@@ -64,9 +65,11 @@ from caslake.store.base import (
     HEAD,
     LIST,
     PUT,
+    ComposePart,
     GetResult,
     IfMatch,
     Mode,
+    MultipartUpload,
     ObjectMeta,
     ObjectStore,
     PutMode,
@@ -290,6 +293,18 @@ _TRANSIENT_MARKERS = re.compile(
     re.IGNORECASE,
 )
 
+# obstore's credential chain ends at the EC2 instance metadata service; when it
+# fails there, no credentials were configured anywhere (its report is a 20-line
+# debug dump, so the user gets one line saying what to set instead).
+_NO_CREDENTIALS = re.compile(r"169\.254\.169\.254|/latest/api/token|"
+                             r"(?:no|missing|failed to (?:load|get|fetch)) credentials",
+                             re.IGNORECASE)
+NO_CREDENTIALS_HELP = (
+    "no AWS credentials were found: pass storage options access_key_id=... and "
+    "secret_access_key=... (CLI: -o access_key_id=... -o secret_access_key=...), or set "
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (plus AWS_SESSION_TOKEN for temporary "
+    "keys), or AWS_PROFILE / AWS_WEB_IDENTITY_TOKEN_FILE for a profile or role")
+
 Op = Literal["get", "get_range", "head", "list", "delete", "put", "put_create", "put_cas"]
 
 
@@ -307,6 +322,8 @@ def map_obstore_error(exc: BaseException, *, op: Op, key: str | None,
     if isinstance(exc, CaslakeError):
         return exc
     detail = f"{op} {key!r} on {where}" if key is not None else f"{op} on {where}"
+    if _NO_CREDENTIALS.search(str(exc)):
+        return StoreConfigError(f"{detail}: {NO_CREDENTIALS_HELP}", key=key)
     message = f"{detail}: {exc}"
     if isinstance(exc, FileNotFoundError | obx.NotFoundError):
         if op in ("put", "put_create"):
@@ -439,6 +456,20 @@ class S3Store(ObjectStore):
         if pool is not None:
             pool.shutdown(wait=True)
 
+    def run_parallel(self, calls: Sequence[Callable[[], _T]]
+                     ) -> tuple[list[_T], list[BaseException]]:
+        """Run ``calls`` on the store's threads; their results in order, and every error
+        (all calls finish before this returns, so none is left running)."""
+        futures = [self._executor().submit(call) for call in calls]
+        results: list[_T] = []
+        errors: list[BaseException] = []
+        for fut in futures:
+            try:
+                results.append(fut.result())
+            except BaseException as exc:
+                errors.append(exc)
+        return results, errors
+
     def boto3_client(self) -> S3Client:
         """A boto3 S3 client for this endpoint, created on first use.
 
@@ -522,14 +553,8 @@ class S3Store(ObjectStore):
         if len(requests) == 1:
             answers = [one(requests[0].start, requests[0].end)]
         else:
-            futures = [self._executor().submit(one, r.start, r.end) for r in requests]
-            answers = []
-            errors: list[BaseException] = []
-            for fut in futures:
-                try:
-                    answers.append(fut.result())
-                except BaseException as exc:
-                    errors.append(exc)
+            answers, errors = self.run_parallel(
+                [partial(one, r.start, r.end) for r in requests])
             if errors:
                 # A version change explains every other failure; report it first.
                 for err in errors:
@@ -679,3 +704,21 @@ class S3Store(ObjectStore):
             if isinstance(err, NotFound):
                 return  # some S3-compatible servers answer 404 for a missing key
             raise err from exc
+
+    # --- multipart (boto3; see caslake.store.s3_multipart) -----------------------
+
+    def compose(self, dest: str, parts: Sequence[ComposePart]) -> str:
+        """Multipart upload with UploadPartCopy (see ObjectStore.compose)."""
+        from caslake.store import s3_multipart
+
+        return s3_multipart.compose(self, dest, parts)
+
+    def list_multipart_uploads(self, prefix: str = "") -> Sequence[MultipartUpload]:
+        from caslake.store import s3_multipart
+
+        return s3_multipart.list_uploads(self, prefix)
+
+    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
+        from caslake.store import s3_multipart
+
+        s3_multipart.abort_upload(self, upload)

@@ -54,6 +54,10 @@ class Changes:
     txn: tuple[str, int] | None = None
     # GC's expiry marker: raise the manifest's oldest_version (never lowers it).
     oldest_version: int | None = None
+    # Table properties to set (merged over the base's).
+    properties: Mapping[str, str] | None = None
+    # A schema change: the schema of the new version (schema id already advanced).
+    schema: TableSchema | None = None
 
 
 class Requirement(Protocol):
@@ -216,10 +220,13 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
     manifest = Manifest(
         table_id=bm.table_id, version=version, parent=base.key, commit_id=commit_id,
         created_at_ms=max(created_at_ms, bm.created_at_ms + 1),  # commit times are monotonic
-        operation=changes.operation, schema=schema or bm.schema, files=tuple(files),
+        operation=changes.operation, schema=schema or changes.schema or bm.schema,
+        files=tuple(files),
         segments=tuple(segments), removed=frozenset(removed), tombstones=tuple(tombstones),
         ancestors=_ancestors(base),
-        operation_params=dict(changes.params), summary=summary, properties=bm.properties,
+        operation_params=dict(changes.params), summary=summary,
+        properties={**bm.properties, **(changes.properties or {})},
         txns=txns, totals=totals,
-        oldest_version=max(bm.oldest_version, changes.oldest_version or 0))
+        oldest_version=max(bm.oldest_version, changes.oldest_version or 0),
+        external=bm.external, format_version=bm.format_version)
     return manifest_key(version, token), manifest

@@ -276,7 +276,9 @@ def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | N
     store.put(manifest_key, manifest.to_bytes(), mode=PutMode.CREATE)
     if on_attempt:
         on_attempt("manifest-written", attempt)
-    new_pointer = Pointer(manifest.table_id, manifest.version, manifest_key, commit_id)
+    # The table's format version is its pointer's: carried forward, never lowered.
+    new_pointer = Pointer(manifest.table_id, manifest.version, manifest_key, commit_id,
+                          format_version=max(pointer.format_version, manifest.format_version))
     try:
         store.put(key, new_pointer.to_bytes(), mode=IfMatch(etag))
         won: bool | None = True

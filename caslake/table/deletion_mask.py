@@ -10,7 +10,6 @@ Never writes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,12 +19,14 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from caslake.errors import CorruptMetadata, NotFound
+from caslake.format.keys import external_key, split_external
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.schema import TableSchema
 from caslake.format.stats import value_from_json
 from caslake.format.tombstone import KeyRange, Tombstone, parse_tombstone
 from caslake.store.base import ObjectStore
 from caslake.table.cache import LruCache
+from caslake.table.pools import fetch_all
 
 
 @dataclass(frozen=True)
@@ -153,15 +154,15 @@ def load_masks(store: ObjectStore, cache: TombstoneCache, refs: Iterable[Tombsto
             relevant.append(ref)
     if not relevant:
         return {}
-    if len(relevant) == 1:
-        tombs = [cache.get(store, relevant[0])]
-    else:
-        with ThreadPoolExecutor(max_workers=min(16, len(relevant))) as pool:
-            tombs = list(pool.map(lambda r: cache.get(store, r), relevant))
+    tombs = fetch_all(lambda r: cache.get(store, r), relevant)
     by_id = schema.by_id()
     masks: dict[str, DeletionMask] = {}
     for ref, tomb in zip(relevant, tombs, strict=True):
-        entries = {fd.path: fd for fd in tomb.files}
+        # A tombstone of a cloned table names that table's data files; under this
+        # table they carry the same alias as the tombstone (format.md, "Clones").
+        alias, _ = split_external(ref.path)
+        entries = {(fd.path if alias is None else external_key(fd.path, alias)): fd
+                   for fd in tomb.files}
         for path in ref.files:
             fd = entries.get(path)
             if fd is None:

@@ -55,12 +55,30 @@ class BaseVersionIs:
 
 @dataclass(frozen=True)
 class SchemaUnchanged:
+    """The base's schema is the one the commit planned with -- or, unless ``exact``,
+    that schema plus added nullable columns only: files written with the planned
+    schema read under it by field id (the new columns as NULL), so an append
+    rebases over a concurrent ``add_column``.  Any other change is a conflict."""
+
     schema: TableSchema
+    exact: bool = False
 
     def validate(self, base: Snapshot, io: MetadataIO) -> None:
-        if base.manifest.schema != self.schema:
-            raise ConcurrentModification("the table schema changed during the write",
-                                         help="re-run the write against the new schema")
+        now = base.manifest.schema
+        if now == self.schema:
+            return
+        if not self.exact and _only_added_nullable(self.schema, now):
+            return
+        raise ConcurrentModification("the table schema changed during the write",
+                                     help="re-run the write against the new schema")
+
+
+def _only_added_nullable(planned: TableSchema, now: TableSchema) -> bool:
+    by_id = now.by_id()
+    if any(by_id.get(f.id) != f for f in planned.fields):
+        return False
+    added = [f for f in now.fields if f.id not in planned.by_id()]
+    return all(f.nullable for f in added)
 
 
 @dataclass(frozen=True)

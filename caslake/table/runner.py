@@ -28,6 +28,7 @@ from caslake.table.changes import Changes, Requirement
 from caslake.table.commit import CommitPolicy, commit_with_retry
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.footers import FooterCache
+from caslake.table.history import commit_counts
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.write import WriteOptions
 
@@ -138,17 +139,20 @@ def run_operation(ctx: TableContext, operation: str,
     if not outcome.noop:
         _after_commit(ctx, outcome.snapshot)
     m = outcome.snapshot.manifest
-    summary = {} if outcome.noop else m.summary
     requests = _cost(ctx, started)
     return CommitResult(
         version=m.version, commit_id=outcome.commit_id, operation=operation,
-        attempts=outcome.attempts, files_added=summary.get("added_files", 0),
-        rows_added=summary.get("added_rows", 0),
-        files_removed=summary.get("removed_files", 0),
-        rows_deleted=summary.get("deleted_rows", 0),
-        tombstones_added=summary.get("added_tombstones", 0), noop=outcome.noop,
+        attempts=outcome.attempts, **({} if outcome.noop else commit_counts(m)),
+        noop=outcome.noop,
         requests=requests, bytes_in=requests.get("bytes_in", 0),
         bytes_out=requests.get("bytes_out", 0))
+
+
+def adopt_ref_move(ctx: TableContext, snapshot: Snapshot) -> None:
+    """The handle's ref was moved by a ref operation that commits no manifest of its
+    own (a fast-forward): make ``snapshot`` the handle's, without a store call (a
+    read failing after the move would report a move that happened as a failure)."""
+    ctx._set_snapshot(snapshot)
 
 
 def noop_result(ctx: TableContext, operation: str, snapshot: Snapshot, *,

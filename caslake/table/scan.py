@@ -22,10 +22,9 @@ row groups, split to bound memory) with a small in-order prefetch window.
 from __future__ import annotations
 
 import io
-import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,14 +46,18 @@ from caslake.expr import (
 )
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.parquet import SCAN_FORMAT, VERIFY_PAGE_CHECKSUMS, FooterInfo
-from caslake.format.schema import TableSchema
+from caslake.format.schema import TableSchema, type_to_str
+from caslake.format.schema_evolution import field_ids_of, is_widening
 from caslake.format.stats import data_file_stats
 from caslake.store.base import GET_RANGE
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.table.footers import FooterCache
+from caslake.table.interop import ArrowExport
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.pools import fetch_all, shared_pool
 
 POSITION = "__pos"
+SLICE_RUN_ROWS = 4096  # mean surviving run length above which deletes are sliced out
 _LOCAL_FS = pafs.LocalFileSystem()
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 PREFETCH_UNITS = 4
@@ -99,8 +102,26 @@ class FileTask:
     footer: FooterInfo
     row_groups: list[int]
     bytes_to_read: int
-    columns: list[str]  # read: projection + predicate + key-range columns of the mask
+    columns: list[str]  # the file's columns to read (its own names)
     mask: DeletionMask | None = None
+    # Schema evolution (matched by field id): the table columns these present, and
+    # those the file lacks (added after it was written; read as NULL).  Empty
+    # ``presents``: the file's names are the table's.
+    presents: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    widened: bool = False  # a column's type was widened after the file was written
+
+    @property
+    def table_columns(self) -> list[str]:
+        """The table's names for what this task reads (projection + predicate + mask keys)."""
+        if not self.presents and not self.missing:
+            return self.columns
+        return [*self.presents, *self.missing]
+
+    @property
+    def evolved(self) -> bool:
+        return self.widened or bool(self.missing) or (
+            bool(self.presents) and list(self.presents) != self.columns)
 
     @property
     def starts(self) -> tuple[int, ...]:
@@ -186,9 +207,10 @@ class _SparseFile(io.RawIOBase):
                               " (footer offsets do not match the column chunks)")
 
 
-class Scan:
+class Scan(ArrowExport):
     """A planned read of one snapshot, or of a :class:`SnapshotSubset` of one.
-    Build it with ``Table.scan``."""
+    Build it with ``Table.scan``.  DuckDB, Polars and pyarrow read it directly
+    (``__arrow_c_stream__``, :mod:`caslake.table.interop`)."""
 
     def __init__(self, io_: MetadataIO, footers: FooterCache,
                  snapshot: Snapshot | SnapshotSubset,
@@ -272,7 +294,12 @@ class Scan:
             columns = self._read_columns or schema.names[:1]
             if mask is not None and mask.key_columns() - set(columns):
                 columns = [n for n in schema.names if n in set(columns) | mask.key_columns()]
-            col_idx = footer.column_indexes(columns)
+            file_cols, presents, missing = by_field_id(footer, schema, columns)
+            col_idx = footer.column_indexes(file_cols)
+            rename = dict(zip(file_cols, presents, strict=False))
+            widened = any(_widened(footer.arrow_schema.field(src).type,
+                                   schema.field(dst).arrow_type) for src, dst in rename.items())
+            file_types = {src: types[dst] for src, dst in rename.items() if dst in types}
             wanted = only_groups.get(f.path)
             groups = []
             for rg, (start, n) in enumerate(zip(footer.group_starts, footer.group_rows,
@@ -281,7 +308,8 @@ class Scan:
                     continue  # not this subset's share of the file
                 rg_total += 1
                 if n == 0 or (self._bound is not None and not might_match(
-                        self._bound, footer.row_group_stats(rg, types), n)):
+                        self._bound, {rename[k]: v for k, v in footer.row_group_stats(
+                            rg, file_types).items()}, n)):
                     rg_pruned += 1
                     continue
                 if mask is not None and mask.group_fully_deleted(rg, start, n):
@@ -291,7 +319,8 @@ class Scan:
                 groups.append(rg)
             if groups:
                 tasks.append(FileTask(f, footer, groups, footer.chunk_bytes(groups, col_idx),
-                                      columns, mask))
+                                      file_cols, mask, tuple(presents), tuple(missing),
+                                      widened))
         kept_paths = {f.path for f in kept}
         for f in files:
             if f.path not in kept_paths:
@@ -307,10 +336,7 @@ class Scan:
         return self._plan
 
     def _fetch_footers(self, files: list[DataFile]) -> list[FooterInfo]:
-        if len(files) <= 1:
-            return [self._footers.get(self._store, f) for f in files]
-        with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
-            return list(pool.map(lambda f: self._footers.get(self._store, f), files))
+        return fetch_all(lambda f: self._footers.get(self._store, f), files)
 
     # --- execution -------------------------------------------------------------
 
@@ -363,7 +389,8 @@ class Scan:
         """Decode, drop deleted rows, filter, project.  ``with_positions`` adds a
         ``__pos`` column with each surviving row's position in the file."""
         if (task.mask is None and not with_positions and self.columns
-                and self._bound is not None and not is_computed(self._bound)):
+                and self._bound is not None and not task.evolved
+                and not is_computed(self._bound)):
             path = self._store.local_path(task.file.path, etag=task.footer.etag)
             if path is not None:
                 self._store.counters.record(GET_RANGE, bytes_in=task.footer.chunk_bytes(
@@ -378,7 +405,9 @@ class Scan:
             table = pf.read_row_groups(groups, columns=task.columns, use_threads=True)
         except (OSError, pa.ArrowException) as e:
             raise CorruptMetadata(task.file.path, f"unreadable column data ({e})") from None
-        table = _cast_to(table, self._arrow_schema, task.columns, task.file.path)
+        if task.evolved:
+            table = _present(table, task, self._arrow_schema)
+        table = _cast_to(table, self._arrow_schema, task.table_columns, task.file.path)
         spans = task.spans(groups)
         if table.num_rows != sum(n for _, _, n in spans):
             raise CorruptMetadata(task.file.path, f"decoded {table.num_rows} rows where the "
@@ -387,10 +416,9 @@ class Scan:
             table = table.append_column(POSITION, pa.array(np.concatenate(
                 [np.arange(start, start + n, dtype=np.int64) for _, start, n in spans]),
                 pa.int64()))
-        if task.mask is not None:
-            keep = task.mask.keep_mask(spans, table)
-            if keep is not None:
-                table = table.filter(pa.array(keep, pa.bool_()))
+        keep = task.mask.keep_mask(spans, table) if task.mask is not None else None
+        if keep is not None:
+            table = drop_deleted(table, keep)
         if self._bound is not None:
             table = filter_table(table, self._bound)
         return table.select([*self.columns, POSITION] if with_positions else self.columns)
@@ -408,7 +436,8 @@ class Scan:
             return
         window: deque[Future[pa.Table]] = deque()
         pending = iter(units)
-        pool = _unit_pool()
+        # Units never wait on other units, so one process-wide pool cannot deadlock.
+        pool = shared_pool("scan", PREFETCH_UNITS * 2)
         try:
             def refill() -> None:
                 while len(window) < PREFETCH_UNITS:
@@ -428,6 +457,9 @@ class Scan:
     def to_reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
 
+    def _export_reader(self) -> pa.RecordBatchReader:
+        return self.to_reader()
+
     def to_arrow(self) -> pa.Table:
         return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
 
@@ -435,19 +467,23 @@ class Scan:
         return sum(b.num_rows for b in self.to_batches())
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
+def drop_deleted(table: pa.Table, keep: np.ndarray) -> pa.Table:
+    """The rows of ``table`` where ``keep`` is true, in order.
 
-
-def _unit_pool() -> ThreadPoolExecutor:
-    """One process-wide pool for work units; scans share it instead of each
-    starting threads.  Units never wait on other units, so sharing cannot deadlock."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=PREFETCH_UNITS * 2,
-                                       thread_name_prefix="caslake-scan")
-        return _POOL
+    Few, scattered deletes leave long runs of kept rows: those are zero-copy
+    slices of the decoded columns (no per-row work at all).  Dense deletes go
+    through one vectorised ``filter``."""
+    dead = np.flatnonzero(~keep)
+    if len(dead) == 0:
+        return table
+    if (len(dead) + 1) * SLICE_RUN_ROWS > table.num_rows:
+        return table.filter(pa.array(keep, pa.bool_()))
+    starts = np.concatenate(([0], dead + 1))  # [start, end) of the runs between deletes
+    ends = np.concatenate((dead, [table.num_rows]))
+    runs = [(int(a), int(b)) for a, b in zip(starts, ends, strict=True) if b > a]
+    if not runs:
+        return table.slice(0, 0)
+    return pa.concat_tables([table.slice(a, b - a) for a, b in runs])
 
 
 def _same_values(a: pa.DataType, b: pa.DataType) -> bool:
@@ -479,3 +515,57 @@ def _cast_to(table: pa.Table, schema: pa.Schema, names: list[str], path: str) ->
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         raise CorruptMetadata(path, f"column types differ from the table schema ({e})"
                               ) from None
+
+
+def by_field_id(footer: FooterInfo, schema: TableSchema, names: Sequence[str]
+                ) -> tuple[list[str], list[str], list[str]]:
+    """Match table columns ``names`` to a data file's columns by field id, never by
+    name (docs/format.md, "Reading by field id").  Returns the file's column names
+    to read, the table names they present (same order), and the table names the
+    file lacks.  A file whose columns carry no field ids at all (not written by
+    caslake) is matched by name."""
+    file_ids = field_ids_of(footer.arrow_schema)
+    file_names = footer.arrow_schema.names
+    if all(i is None for i in file_ids):
+        return list(names), list(names), []
+    by_id = {i: n for i, n in zip(file_ids, file_names, strict=True) if i is not None}
+    read: list[str] = []
+    presents: list[str] = []
+    missing: list[str] = []
+    for name in names:
+        src = by_id.get(schema.field(name).id)
+        if src is None:
+            missing.append(name)
+        else:
+            read.append(src)
+            presents.append(name)
+    if not read:  # only added columns: read one column anyway, for the row count
+        read, presents = [file_names[0]], []
+    return read, presents, missing
+
+
+def _widened(stored: pa.DataType, table_type: pa.DataType) -> bool:
+    if stored.equals(table_type):
+        return False
+    try:
+        return is_widening(type_to_str(stored), type_to_str(table_type))
+    except InvalidArgument:
+        return False
+
+
+def _present(table: pa.Table, task: FileTask, schema: pa.Schema) -> pa.Table:
+    """A file's columns under the table's names: renamed by field id, widened types
+    cast (every old value fits), columns the file lacks as NULLs."""
+    arrays: list[Any] = []
+    names: list[str] = []
+    for i, name in enumerate(task.presents):
+        col = table.column(i)
+        want = schema.field(name).type
+        if _widened(col.type, want):
+            col = col.cast(want)
+        arrays.append(col)
+        names.append(name)
+    for name in task.missing:
+        arrays.append(pa.nulls(table.num_rows).cast(schema.field(name).type))
+        names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Self
 
@@ -32,34 +31,28 @@ from caslake.errors import (
 from caslake.expr import Expr
 from caslake.format.keys import POINTER_KEY, manifest_key, new_token
 from caslake.format.manifest import Manifest, Pointer, format_ts
+from caslake.format.properties import retention_policy
 from caslake.format.schema import TableSchema
 from caslake.store import open_store
 from caslake.store.base import ObjectStore, PutMode
-from caslake.table.changes import check_txn, txn_applied, write_prepare
+from caslake.table import refs
+from caslake.table.changes import Changes, check_txn, txn_applied, write_prepare
+from caslake.table.clone import with_externals
 from caslake.table.commit import CommitPolicy
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.footers import FooterCache
+from caslake.table.history import HistoryEntry, complete_summary
+from caslake.table.interop import ArrowExport, live_file_list
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.ref_methods import RefMethods
 from caslake.table.requirements import write_requirements
 from caslake.table.runner import CommitResult, TableContext, noop_result, run_operation
 from caslake.table.scan import Scan
+from caslake.table.schema_update import SchemaUpdate, align_input, with_schema
 from caslake.table.transaction import Transaction
 from caslake.table.write import WriteOptions, as_reader, write_data_files
 
 __all__ = ["CommitResult", "HistoryEntry", "TableCore"]
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    version: int
-    created_at: datetime
-    operation: str
-    commit_id: str
-    manifest: str
-    params: dict[str, str]
-    summary: dict[str, int]
-    total_rows: int
-    total_files: int
 
 
 def _ts_to_ms(as_of: datetime | str | int | float) -> int:
@@ -77,7 +70,11 @@ def _ts_to_ms(as_of: datetime | str | int | float) -> int:
     raise InvalidArgument(f"as_of must be a datetime, ISO string or epoch ms, not {as_of!r}")
 
 
-class TableCore:
+class TableCore(ArrowExport, RefMethods):
+    """``pa.table(t)``, ``duckdb.sql('select ... from t')``, ``pl.DataFrame(t)``,
+    ``t.to_pandas()`` and ``t.to_polars()`` read the latest version (see
+    :mod:`caslake.table.interop`)."""
+
     def __init__(self, store: ObjectStore, snapshot: Snapshot, *,
                  write_options: WriteOptions | None = None,
                  commit_policy: CommitPolicy | None = None, io: MetadataIO | None = None,
@@ -96,8 +93,12 @@ class TableCore:
     @classmethod
     def open(cls, uri: str, *, storage_options: dict[str, str] | None = None,
              write_options: WriteOptions | None = None) -> Self:
-        """Open an existing table at its latest version.  Raises TableNotFound."""
-        return cls.load(open_store(uri, storage_options), write_options=write_options)
+        """Open an existing table at its latest version.  Raises TableNotFound.  A
+        clone's store also reads the objects it references in its source."""
+        store = open_store(uri, storage_options)
+        head = MetadataIO(store).latest()
+        return cls.load(with_externals(store, head.manifest, storage_options),
+                        write_options=write_options)
 
     @classmethod
     def create(cls, uri: str, schema: pa.Schema, *,
@@ -107,6 +108,10 @@ class TableCore:
         """Create an empty table (version 0).  Raises TableAlreadyExists."""
         store = open_store(uri, storage_options)
         return cls(store, _create(store, schema, properties), write_options=write_options)
+
+    def _handle_for(self, pointer_key: str, snapshot: Snapshot) -> Self:
+        return type(self)(self.store, snapshot, write_options=self.write_options,
+                          commit_policy=self.commit_policy, pointer_key=pointer_key)
 
     # --- state ---------------------------------------------------------------------
 
@@ -187,32 +192,66 @@ class TableCore:
     # --- reads ---------------------------------------------------------------------
 
     def scan(self, columns: Sequence[str] | None = None, where: str | Expr | None = None,
-             version: int | None = None, as_of: datetime | str | int | None = None) -> Scan:
-        """Pin a snapshot (latest, or by version / timestamp) and plan a read of it."""
-        return Scan(self.io, self.footers, self._resolve(version, as_of), columns, where,
-                    self.tombstones)
+             version: int | None = None, as_of: datetime | str | int | None = None, *,
+             ref: str | None = None, tag: str | None = None) -> Scan:
+        """Pin a snapshot (latest, or by version / timestamp; of this handle's branch,
+        of branch ``ref``, or the version tag ``tag`` names) and plan a read of it."""
+        return Scan(self.io, self.footers, self._resolve_ref(version, as_of, ref, tag),
+                    columns, where, self.tombstones)
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
 
+    def _export_reader(self) -> pa.RecordBatchReader:
+        return self.scan().to_reader()
+
+    def live_files(self, version: int | None = None) -> list[dict[str, Any]]:
+        """The live data files of the latest version (or ``version``): full ``uri``,
+        ``path``, ``rows``, ``deleted_rows`` (rows tombstones hide: another engine
+        reading the file directly sees them) and ``bytes``."""
+        return live_file_list(self.store, self.io, self._resolve(version, None))
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The table properties at the latest version."""
+        return dict(self._resolve(None, None).manifest.properties)
+
+    def set_properties(self, updates: dict[str, str]) -> CommitResult:
+        """Set (add or replace) table properties as one new version."""
+        if not isinstance(updates, dict) or not updates or not all(
+                isinstance(k, str) and k and isinstance(v, str) for k, v in updates.items()):
+            raise InvalidArgument("set_properties needs a non-empty dict of non-empty string "
+                                  f"keys to string values, not {updates!r}")
+        retention_policy(updates)  # a bad retention.* value commits nothing
+        ctx = self.context
+        started = ctx.meter()
+        changes = Changes("set_properties", properties=dict(updates),
+                          params={"keys": ",".join(sorted(updates))})
+        return run_operation(ctx, "set_properties", lambda base: changes, started=started)
+
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         head = self._resolve(None, None)
-        out = []
-        for s in self.io.history(head, limit):
-            m = s.manifest
-            out.append(HistoryEntry(
-                version=m.version, created_at=datetime.fromtimestamp(m.created_at_ms / 1000, UTC),
-                operation=m.operation, commit_id=m.commit_id, manifest=s.key,
-                params=dict(m.operation_params), summary=dict(m.summary),
-                total_rows=m.totals.live_rows, total_files=m.totals.files))
-        return out
+        return [HistoryEntry.of(s.manifest, s.key) for s in self.io.history(head, limit)]
 
     # --- writes --------------------------------------------------------------------
 
     def append(self, data: Any, *, txn: tuple[str, int] | None = None,
-               params: dict[str, str] | None = None) -> CommitResult:
-        """Write ``data`` as new data files and commit them as exactly one new version."""
-        return self._write("append", data, remove_all=False, txn=txn, params=params)
+               params: dict[str, str] | None = None,
+               schema_mode: str | None = None) -> CommitResult:
+        """Write ``data`` as new data files and commit them as exactly one new version.
+
+        Columns match the table by name, and a column renamed since the data was
+        read matches by its field id.  Columns the table lacks are refused
+        (SchemaMismatch naming them) unless ``schema_mode="merge"``, which adds
+        them (nullable) in the same commit."""
+        return self._write("append", data, remove_all=False, txn=txn, params=params,
+                           schema_mode=schema_mode)
+
+    def update_schema(self) -> SchemaUpdate:
+        """A builder of schema changes that commits once: ``.add_column(name, type)``,
+        ``.rename_column(old, new)``, ``.drop_column(name)``, ``.widen_column(name,
+        type)``, ``.make_nullable(name)``, then ``.commit()``."""
+        return SchemaUpdate(self.context)
 
     def overwrite(self, data: Any, *, txn: tuple[str, int] | None = None,
                   params: dict[str, str] | None = None) -> CommitResult:
@@ -223,7 +262,8 @@ class TableCore:
         return self._write("overwrite", data, remove_all=True, txn=txn, params=params)
 
     def _write(self, operation: str, data: Any, *, remove_all: bool,
-               txn: tuple[str, int] | None, params: dict[str, str] | None) -> CommitResult:
+               txn: tuple[str, int] | None, params: dict[str, str] | None,
+               schema_mode: str | None = None) -> CommitResult:
         ctx = self.context
         started = ctx.meter()
         if txn is not None:
@@ -232,12 +272,16 @@ class TableCore:
         if txn_applied(start.manifest.txns, txn):
             return noop_result(ctx, operation, start, started=started)
         schema = start.manifest.schema
-        files = write_data_files(self.store, as_reader(data), schema, self.write_options)
-        if not files and not remove_all:
+        reader, merged = align_input(as_reader(data), schema, schema_mode)
+        if merged is not None:
+            refs.ensure_format(ctx.io)  # a schema change: format 2
+        files = write_data_files(self.store, reader, merged or schema, self.write_options)
+        if not files and not remove_all and merged is None:
             return noop_result(ctx, operation, start, started=started, commit_id="")
+        prepare = write_prepare(operation, files, remove_all=remove_all, txn=txn,
+                                params=params)
         return run_operation(
-            ctx, operation, write_prepare(operation, files, remove_all=remove_all, txn=txn,
-                                          params=params),
+            ctx, operation, lambda base: with_schema(prepare(base), merged),
             requirements=write_requirements(operation, schema, txn=txn,
                                             base_version=start.version if remove_all else None),
             started=started)
@@ -253,16 +297,19 @@ class TableCore:
         tx.delete(where)
         return tx.commit()
 
-    def upsert(self, data: Any, key: list[str] | str, *,
-               read_version: int | None = None) -> CommitResult:
+    def upsert(self, data: Any, key: list[str] | str, *, read_version: int | None = None,
+               on_duplicate: str = "error") -> CommitResult:
         """CDC-style change in one commit: delete the current rows whose ``key``
         columns equal a key in ``data``, then append ``data``.
 
         For a read-modify-write (new values computed from rows read at version
         ``v``), pass ``read_version=v``: the upsert then raises ReadValidationFailed
-        instead of committing over a concurrent change to any of those keys."""
+        instead of committing over a concurrent change to any of those keys.
+
+        A key twice in ``data`` raises DuplicateKey; ``on_duplicate="last"`` (or
+        ``"first"``) keeps that row of each key instead."""
         tx = Transaction(self.context, read_version=read_version)
-        tx.upsert(data, key)
+        tx.upsert(data, key, on_duplicate=on_duplicate)
         return tx.commit()
 
     def transaction(self, *, read_version: int | None = None) -> Transaction:
@@ -304,7 +351,8 @@ def _create(store: ObjectStore, schema: pa.Schema, properties: dict[str, str] | 
     commit_id, token = new_token(), new_token()
     manifest = Manifest(table_id=new_token(), version=0, parent=None, commit_id=commit_id,
                         created_at_ms=int(time.time() * 1000), operation="create",
-                        schema=table_schema, properties=dict(properties or {}))
+                        schema=table_schema, properties=dict(properties or {}),
+                        summary=complete_summary({}))
     key = manifest_key(0, token)
     store.put(key, manifest.to_bytes(), mode=PutMode.CREATE)
     pointer = Pointer(manifest.table_id, 0, key, commit_id)

@@ -37,6 +37,7 @@ from caslake.table.delete import (
 from caslake.table.metadata_io import Snapshot
 from caslake.table.requirements import FilesUntouchedSince, ReadSetUnchanged
 from caslake.table.runner import CommitResult, TableContext, run_operation
+from caslake.table.upsert_keys import resolve_duplicate_keys
 from caslake.table.write import SchemaConformer, as_reader, write_data_files
 
 
@@ -104,15 +105,17 @@ class Transaction:
         self._ops.append("delete")
         self._params.setdefault("where", str(where))
 
-    def upsert(self, data: Any, key: list[str] | str) -> None:
-        """Delete current rows whose ``key`` equals a key in ``data``; append ``data``."""
+    def upsert(self, data: Any, key: list[str] | str, *, on_duplicate: str = "error") -> None:
+        """Delete current rows whose ``key`` equals a key in ``data``; append ``data``.
+        A key twice in ``data`` is a DuplicateKey error unless ``on_duplicate`` is
+        "last" or "first" (see :mod:`caslake.table.upsert_keys`)."""
         self._check_open()
         table = as_reader(data).read_all()
         schema = self._schema()
         keys = upsert_keys(key, table.column_names, schema.names)
-        conformed = pa.Table.from_batches(
+        conformed = resolve_duplicate_keys(pa.Table.from_batches(
             [SchemaConformer(schema, table.schema)(b) for b in table.to_batches()],
-            schema=schema)
+            schema=schema), keys, on_duplicate)
         key_table = conformed.select(keys).group_by(keys).aggregate([])
         self._conditions.append(KeyCondition(key_table))
         self._files.extend(write_data_files(self._ctx.store, conformed.to_reader(),

@@ -1,10 +1,10 @@
 """Turning Arrow data into immutable Parquet data files on the store.
 
-Owns: conforming input to the table schema (``SchemaMismatch`` names the
-column and both types), streaming a RecordBatchReader into zstd Parquet files
+Owns: streaming a RecordBatchReader into zstd Parquet files
 of a target size with row groups of a target size, uploading each finished
 file create-only, and taking each file's statistics from the writer's own
-metadata (the file is never read back).
+metadata (the file is never read back).  Each batch is conformed to the table
+schema first (:mod:`caslake.table.coerce`).
 Memory is bounded by one file buffer plus one row group of pending rows.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from caslake.errors import InvalidArgument, SchemaMismatch
+from caslake.errors import InvalidArgument
 from caslake.format.keys import data_file_key
 from caslake.format.manifest import DataFile
 from caslake.format.parquet import (
@@ -32,8 +32,13 @@ from caslake.format.parquet import (
 )
 from caslake.format.schema import TableSchema
 from caslake.store.base import ObjectStore, PutMode
+from caslake.table.arrow_input import as_reader
+from caslake.table.coerce import SchemaConformer
+
+__all__ = ["SchemaConformer", "WriteOptions", "as_reader", "write_data_files"]
 
 MiB = 1024 * 1024
+ZSTD_DEFAULT_LEVEL = 3  # chosen by measurement on TPC-H lineitem (docs/format.md, Compression)
 
 
 @dataclass(frozen=True)
@@ -41,97 +46,16 @@ class WriteOptions:
     target_file_size: int = 256 * MiB
     row_group_size: int = 8 * MiB  # target compressed bytes per row group
     compression: Any = "zstd"  # any codec pyarrow.parquet accepts
-    compression_level: int | None = None
+    compression_level: int | None = None  # None: ZSTD_DEFAULT_LEVEL for zstd, else the codec's
+
+    def level(self) -> int | None:
+        if self.compression_level is None and str(self.compression).lower() == "zstd":
+            return ZSTD_DEFAULT_LEVEL
+        return self.compression_level
 
     def __post_init__(self) -> None:
         if self.target_file_size <= 0 or self.row_group_size <= 0:
             raise InvalidArgument("target_file_size and row_group_size must be positive")
-
-
-def as_reader(data: Any) -> pa.RecordBatchReader:
-    """Accept a Table, RecordBatch, RecordBatchReader or pandas DataFrame."""
-    if isinstance(data, pa.RecordBatchReader):
-        return data
-    if isinstance(data, pa.RecordBatch):
-        return pa.RecordBatchReader.from_batches(data.schema, [data])
-    if isinstance(data, pa.Table):
-        return data.to_reader()
-    if type(data).__module__.startswith("pandas"):
-        table = pa.Table.from_pandas(data, preserve_index=False)
-        return table.to_reader()
-    raise InvalidArgument(
-        f"cannot append {type(data).__name__}: pass a pyarrow Table, RecordBatch, "
-        "RecordBatchReader or a pandas DataFrame")
-
-
-def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
-    """Lossless promotions accepted on append; anything else is a SchemaMismatch."""
-    if src == dst:
-        return True
-    strings = (pa.string(), pa.large_string())
-    binaries = (pa.binary(), pa.large_binary())
-    if (src in strings and dst in strings) or (src in binaries and dst in binaries):
-        return True
-    if pa.types.is_null(src):
-        return True
-    if pa.types.is_integer(src) and pa.types.is_integer(dst):
-        signed_ok = pa.types.is_signed_integer(dst) or not pa.types.is_signed_integer(src)
-        widen = src.bit_width < dst.bit_width or (
-            src.bit_width == dst.bit_width and pa.types.is_signed_integer(src)
-            == pa.types.is_signed_integer(dst))
-        extra = 0 if pa.types.is_signed_integer(src) == pa.types.is_signed_integer(dst) else 1
-        return bool(signed_ok and widen and (src.bit_width + extra <= dst.bit_width))
-    if pa.types.is_floating(src) and pa.types.is_floating(dst):
-        return bool(src.bit_width <= dst.bit_width)
-    if pa.types.is_timestamp(src) and pa.types.is_timestamp(dst):
-        return bool(src.unit == dst.unit and src.tz == dst.tz)
-    return False
-
-
-class SchemaConformer:
-    """Checks an input schema once, then reorders/casts each batch to the table schema."""
-
-    def __init__(self, table_schema: pa.Schema, input_schema: pa.Schema) -> None:
-        self.target = table_schema
-        names = set(input_schema.names)
-        if len(names) != len(input_schema.names):
-            raise SchemaMismatch("the data has duplicate column names")
-        for f in input_schema:
-            if f.name not in table_schema.names:
-                raise SchemaMismatch(
-                    f"column {f.name!r} ({f.type}) is not in the table schema "
-                    f"(columns: {', '.join(table_schema.names)})", column=f.name,
-                    actual=str(f.type))
-        self.plan: list[tuple[pa.Field[Any], pa.Field[Any] | None]] = []
-        for tf in table_schema:
-            if tf.name not in names:
-                if not tf.nullable:
-                    raise SchemaMismatch(f"column {tf.name!r} ({tf.type}, not null) is missing "
-                                         "from the data", column=tf.name, expected=str(tf.type))
-                self.plan.append((tf, None))
-                continue
-            sf = input_schema.field(tf.name)
-            if not _castable(sf.type, tf.type):
-                raise SchemaMismatch(
-                    f"column {tf.name!r} has type {sf.type} in the data but {tf.type} in the "
-                    "table", column=tf.name, expected=str(tf.type), actual=str(sf.type))
-            self.plan.append((tf, sf))
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        arrays = []
-        for tf, sf in self.plan:
-            if sf is None:
-                arrays.append(pa.nulls(batch.num_rows, type=tf.type))
-                continue
-            arr = batch.column(sf.name)
-            if arr.type != tf.type:
-                arr = arr.cast(tf.type, safe=True)
-            if not tf.nullable and arr.null_count:
-                raise SchemaMismatch(f"column {tf.name!r} is not nullable but the data has "
-                                     f"{arr.null_count} null(s)", column=tf.name,
-                                     expected=str(tf.type), actual=str(arr.type))
-            arrays.append(arr)
-        return pa.RecordBatch.from_arrays(arrays, schema=self.target)
 
 
 def _take_rows(pending: list[pa.RecordBatch], n: int) -> tuple[pa.Table, list[pa.RecordBatch]]:
@@ -159,7 +83,7 @@ class _FileBuilder:
         os.close(fd)
         self.sink = pa.OSFile(self.path, "wb")
         self.writer = pq.ParquetWriter(self.sink, schema, compression=options.compression,
-                                       compression_level=options.compression_level,
+                                       compression_level=options.level(),
                                        write_statistics=True, **WRITE_PAGE_CHECKSUMS)
         self.rows = 0
 

@@ -40,7 +40,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> 
 
 
 @contextmanager
-def run_moto_server(timeout: float = 30.0) -> Iterator[str]:
+def run_moto_server(timeout: float = 120.0) -> Iterator[str]:
     """Start the server, yield its endpoint URL, and stop it on exit."""
     port = free_port()
     env = dict(os.environ)

@@ -42,6 +42,7 @@ second gc leaves exactly the referenced objects (what the fault left is gone).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -53,17 +54,26 @@ import pytest
 
 import caslake
 from caslake.api import CommitResult, Table
-from caslake.errors import CaslakeError, CommitOutcomeUnknown
+from caslake.errors import (
+    CaslakeError,
+    CommitOutcomeUnknown,
+    RefAlreadyExists,
+    RefNotFound,
+    TableNotFound,
+)
 from caslake.format.keys import MANIFEST_PREFIX, data_file_key
+from caslake.format.refs import HOLD_PREFIX
 from caslake.maintenance.verify import verify_table
 from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash, reset_error
 from caslake.store.memory import forget_memory_space
+from caslake.table import clone as clone_module
 from caslake.table.commit import CommitPolicy
 from caslake.table.metadata_io import MetadataIO
 
-ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete"})
+ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete", "compose",
+                     "list_multipart_uploads", "abort_multipart_upload"})
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
                     pa.field("f", pa.float64())])
 # Small files with several row groups, so every append writes several files and
@@ -155,7 +165,17 @@ def _compact(t: Table) -> CommitResult:
     return t.compact(target_file_size=1 << 20)  # every file of the base is small
 
 
+def _purge(t: Table) -> CommitResult:
+    t.store.min_part_size = 512  # the 5 MiB rule scaled to these small files: real splices
+    # a few row groups of two files: the rest of them is copied (compose); id 15 is
+    # deleted already and is erased all the same
+    r = t.purge("id BETWEEN 500 AND 520 OR id BETWEEN 2500 AND 2510 OR id = 15")
+    return CommitResult(r.version, r.commit_id or "", "purge", r.attempts, noop=r.noop)
+
+
 OPS: dict[str, Op] = {
+    "purge": Op(_purge, lambda rs: [r for r in rs
+                                    if not (500 <= r[0] <= 520 or 2500 <= r[0] <= 2510)]),
     "compact": Op(_compact, lambda rs: rs),
     "append": Op(_append, lambda rs: rs + rows(3000, 4000)),
     "delete": Op(_delete, lambda rs: [r for r in rs
@@ -429,3 +449,249 @@ def test_gc_fault_at_every_store_call(tables: Tables, mode: str) -> None:
         label = f"{outcome}->{check_after_gc(uri, where)}"
         outcomes[label] = outcomes.get(label, 0) + 1
     print(f"\ngc [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+
+
+# --- refs: branch, tag, fast-forward, drop -------------------------------------------
+
+
+@dataclass(frozen=True)
+class RefOp:
+    setup: Callable[[Table], None]  # on the base table, before the fault run
+    run: Callable[[Table], object]
+    state: Callable[[Table, list[list[Row]]], str]  # "old" or "new" (asserts the rest)
+
+
+def _ff_setup(t: Table) -> None:
+    t.create_branch("audit").append(arrow(rows(7000, 7100)))
+
+
+def _ff_state(t: Table, model: list[list[Row]]) -> str:
+    audit_rows = model[-1] + rows(7000, 7100)
+    assert same_rows(t.branch("audit"), audit_rows)
+    if t.version == len(model) - 1:
+        assert same_rows(t, model[-1])
+        return "old"
+    assert t.version == len(model) and same_rows(t, audit_rows)
+    return "new"
+
+
+def _branch_state(t: Table, model: list[list[Row]]) -> str:
+    assert same_rows(t, model[-1]) and t.version == len(model) - 1
+    try:
+        b = t.branch("b")
+    except RefNotFound:
+        return "old"
+    assert b.version == 2 and same_rows(b, model[2])
+    return "new"
+
+
+def _tag_state(t: Table, model: list[list[Row]]) -> str:
+    assert same_rows(t, model[-1]) and t.version == len(model) - 1
+    try:
+        scan = t.scan(tag="t")
+    except RefNotFound:
+        state = "old"
+    else:
+        got = scan.to_arrow().sort_by("id")
+        assert got.equals(arrow(sorted(model[1], key=lambda r: r[0])))
+        state = "new"
+    return state
+
+
+def _dropped_tag_state(t: Table, model: list[list[Row]]) -> str:
+    state = "new" if _tag_state(t, model) == "old" else "old"
+    if state == "new":
+        with pytest.raises(RefAlreadyExists):
+            t.create_tag("t", version=1)  # the name stays retired
+    return state
+
+
+REF_OPS: dict[str, RefOp] = {
+    "fast_forward": RefOp(_ff_setup, lambda t: t.fast_forward("main", source="audit"),
+                          _ff_state),
+    "create_branch": RefOp(lambda t: None, lambda t: t.create_branch("b", from_version=2),
+                           _branch_state),
+    "drop_branch": RefOp(lambda t: t.create_branch("b", from_version=2),
+                         lambda t: t.drop_branch("b"),
+                         lambda t, m: "new" if _branch_state(t, m) == "old" else "old"),
+    "create_tag": RefOp(lambda t: None, lambda t: t.create_tag("t", version=1), _tag_state),
+    "drop_tag": RefOp(lambda t: t.create_tag("t", version=1), lambda t: t.drop_tag("t"),
+                      _dropped_tag_state),
+}
+
+
+def prepare_ref(tables: Tables, op: RefOp) -> tuple[str, list[list[Row]]]:
+    uri, model, _, _ = prepare(tables)
+    op.setup(caslake.open_table(uri))
+    return uri, model
+
+
+def check_after_ref(uri: str, op: RefOp, model: list[list[Row]], where: str) -> str:
+    """Old or new ref state, nothing in between; every ref reads; verify passes; a
+    later commit works; gc a month later keeps every ref readable."""
+    t = caslake.open_table(uri)
+    state = op.state(t, model)
+    report = verify_table(open_store(uri), deep=True, all_versions=True)
+    assert report.ok, f"{where}: verify found {report.problems}"
+    later = caslake.open_table(uri)
+    later.commit_policy = FAST
+    expected = later.scan().to_arrow().num_rows + 10
+    later.append(arrow(rows(9000, 9010)))
+    later.gc(now=datetime.now(UTC) + GC_LATER)
+    t = caslake.open_table(uri)
+    assert t.scan().to_arrow().num_rows == expected, where
+    for ref in t.list_refs():
+        if ref.kind == "branch":
+            t.branch(ref.name).scan().to_arrow()
+        elif ref.kind == "tag":
+            t.scan(tag=ref.name).to_arrow()
+    return state
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("op_name", list(REF_OPS))
+def test_ref_op_fault_at_every_store_call(tables: Tables, op_name: str, mode: str) -> None:
+    op = REF_OPS[op_name]
+    uri, model = prepare_ref(tables, op)
+    t, store = faulty_table(uri)
+    start = store.calls
+    op.run(t)
+    n = store.calls - start
+    assert op.state(caslake.open_table(uri), model) == "new"
+    assert n >= 2, f"{op_name} made only {n} store calls"
+    outcomes: dict[str, int] = {}
+    for i in range(1, n + 1):
+        uri, model = prepare_ref(tables, op)
+        t, store = faulty_table(uri)
+        where = f"{op_name}/{tables.kind}/{mode} at call {i} of {n}"
+        fault = fault_at(mode, i)
+        store.faults.append(fault)
+        must_be: str | None = None
+        try:
+            op.run(t)
+            outcome, must_be = "ok", "new"
+        except SimulatedCrash:
+            assert mode == "crash", where
+            outcome = "crash"
+        except CaslakeError as e:
+            assert mode != "crash", where
+            outcome = type(e).__name__
+            if not isinstance(e, CommitOutcomeUnknown):
+                must_be = "old"
+        assert fault.fired >= 1, f"{where}: the fault did not fire"
+        state = check_after_ref(uri, op, model, where)
+        assert must_be is None or state == must_be, f"{where}: {outcome} but {state}"
+        label = f"{outcome}->{state}"
+        outcomes[label] = outcomes.get(label, 0) + 1
+    print(f"\n{op_name} [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+
+
+# --- clone and drop_table: faults in every store call, across both tables -------------
+
+
+def _faulty_opener(fault: Fault | None, counter: list[int]) -> Callable[..., ObjectStore]:
+    """``open_store`` for the clone module: every store shares one fault (its call
+    count runs across the source's and the target's calls) and one call counter."""
+
+    def opener(uri: str, options: dict[str, str] | None = None) -> ObjectStore:
+        store = FaultyStore(open_store(uri, options), [fault] if fault else [])
+        original = store._pick
+
+        def pick(op: str, key: str) -> Fault | None:
+            counter[0] += 1
+            return original(op, key)
+
+        store._pick = pick  # type: ignore[method-assign]
+        return store
+
+    return opener
+
+
+def _holds(uri: str) -> list[str]:
+    return [m.key for m in open_store(uri).list(HOLD_PREFIX)]
+
+
+def _check_clone_after(src: str, target: str, model: list[list[Row]], where: str) -> str:
+    """The clone exists and reads the source's rows, or it does not exist; either
+    way the source is unchanged and, after drop_table, holds nothing."""
+    src_t = caslake.open_table(src)
+    assert same_rows(src_t, model[-1]), where
+    assert verify_table(open_store(src), deep=True, all_versions=True).ok, where
+    try:
+        c = caslake.open_table(target)
+    except TableNotFound:
+        state = "old"
+    else:
+        state = "new"
+        assert same_rows(c, model[-1]), where
+        src_t.gc(now=datetime.now(UTC) + GC_LATER)  # the hold keeps the clone readable
+        assert same_rows(caslake.open_table(target), model[-1]), where
+    with contextlib.suppress(TableNotFound):
+        caslake.drop_table(target)
+    assert not _holds(src), f"{where}: a hold was left behind"
+    return state
+
+
+def _run_with_faults(tables: Tables, mode: str, run: Callable[[str, str], object],
+                     setup: Callable[[str, str], None], name: str) -> None:
+    uri, model, _, _ = prepare(tables)
+    counter = [0]
+    setup(uri, uri + "-c")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(clone_module, "open_store", _faulty_opener(None, counter))
+        run(uri, uri + "-c")
+    n = counter[0]
+    assert n >= 5, f"{name} made only {n} store calls"
+    outcomes: dict[str, int] = {}
+    for i in range(1, n + 1):
+        uri, model, _, _ = prepare(tables)
+        target = uri + "-c"
+        setup(uri, target)
+        where = f"{name}/{tables.kind}/{mode} at call {i} of {n}"
+        fault = fault_at(mode, i)
+        must_be: str | None = None
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(clone_module, "open_store", _faulty_opener(fault, [0]))
+            try:
+                run(uri, target)
+                outcome, must_be = "ok", "done"
+            except SimulatedCrash:
+                assert mode == "crash", where
+                outcome = "crash"
+            except CaslakeError as e:
+                assert mode != "crash", where
+                outcome = type(e).__name__
+        assert fault.fired >= 1, f"{where}: the fault did not fire"
+        if name == "clone":
+            state = _check_clone_after(uri, target, model, where)
+            assert must_be is None or state == "new", where
+        else:  # drop_table: finishing the drop must always be possible
+            with contextlib.suppress(TableNotFound):
+                caslake.drop_table(target)
+            state = "dropped"
+            with pytest.raises(TableNotFound):
+                caslake.open_table(target)
+            assert not _holds(uri), f"{where}: a hold was left behind"
+            assert same_rows(caslake.open_table(uri), model[-1]), where
+        label = f"{outcome}->{state}"
+        outcomes[label] = outcomes.get(label, 0) + 1
+    print(f"\n{name} [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+
+
+@pytest.fixture(params=["local"])
+def local_tables(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tables]:
+    t = Tables(str(request.param), tmp_path)
+    yield t
+    t.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_clone_fault_at_every_store_call(local_tables: Tables, mode: str) -> None:
+    _run_with_faults(local_tables, mode, lambda s, t: clone_module.clone(s, t),
+                     lambda s, t: None, "clone")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_drop_table_fault_at_every_store_call(local_tables: Tables, mode: str) -> None:
+    _run_with_faults(local_tables, mode, lambda s, t: clone_module.drop_table(t),
+                     lambda s, t: clone_module.clone(s, t) and None, "drop_table")

@@ -27,4 +27,5 @@ def test_demo_pipeline_end_to_end(spark: SparkSession, tmp_path: Path,
     assert [c.step.split(":")[0] for c in p.costs][:3] == [
         "batch append 1/2", "batch append 2/2", "streaming micro-batch query"]
     assert "what each step cost" in out and "pruning" in out
+    assert "gc expired versions before" in out and "bytes) written, -" not in out
     assert f"rows of {p.erased_user} left in any Parquet file on storage: 0" in out

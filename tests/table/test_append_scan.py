@@ -130,10 +130,12 @@ def test_schema_mismatch_names_column_and_types_and_leaves_nothing(tmp_path) -> 
     assert not (tmp_path / "t" / "data").exists() or not list((tmp_path / "t" / "data").rglob("*"))
 
 
-def test_lossless_promotions_and_missing_nullable_columns(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_lossless_promotions_and_missing_columns_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
     t = caslake.create_table(str(tmp_path / "t"), SCHEMA)
     data = rows(0, 5).set_column(0, "id", pa.array(range(5), pa.int32())).drop_columns(["score"])
-    t.append(data)
+    with pytest.raises(SchemaMismatch, match=r"missing column.*'score'"):
+        t.append(data)  # a missing column is refused, not filled with nulls (issue 10)
+    t.append(data.append_column("score", pa.nulls(5)))  # explicit nulls are fine
     got = t.scan().to_arrow()
     assert got.schema.field("id").type == pa.int64()
     assert got.column("score").null_count == 5

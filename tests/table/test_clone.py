@@ -1,0 +1,123 @@
+"""Zero-copy clones: independence, holds against the source's gc, drop, clone of a clone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pytest
+
+import caslake
+from caslake.errors import RefInUse, TableAlreadyExists, TableNotFound
+from caslake.format.refs import HOLD_PREFIX
+from caslake.maintenance.verify import verify_table
+from caslake.store import open_store
+from tests.table.test_refs import objects
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+LATER = datetime.now(UTC) + timedelta(days=3650)
+
+
+def rows(lo: int, hi: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(lo, hi), pa.int64()),
+                     "v": [f"v{i % 97}" for i in range(lo, hi)]}, schema=SCHEMA)
+
+
+def ids(uri: str, **kw: object) -> list[int]:
+    t = caslake.open_table(uri)
+    return sorted(t.scan(columns=["id"], **kw).to_arrow().column("id").to_pylist())  # type: ignore[arg-type]
+
+
+def churn(uri: str, times: int) -> None:
+    """Rewrite the source's files and collect everything old, ``times`` times."""
+    t = caslake.open_table(uri)
+    for i in range(times):
+        t.append(rows(10_000 + i, 10_001 + i))
+        t.compact(target_file_size=1 << 20)
+        t.gc(retention=timedelta(0), force=True, now=LATER)
+
+
+@pytest.fixture
+def source(tmp_path) -> str:  # type: ignore[no-untyped-def]
+    uri = str(tmp_path / "src")
+    t = caslake.create_table(uri, SCHEMA)
+    t.append(rows(0, 100))  # v1
+    t.append(rows(100, 200))  # v2
+    t.delete("id < 10")  # v3: a tombstone the clone references too
+    return uri
+
+
+def test_writing_to_a_clone_leaves_the_source_byte_for_byte_unchanged(source, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    target = str(tmp_path / "clone")
+    c = caslake.clone(source, target)
+    before = objects(source)
+    assert ids(target) == list(range(10, 200))
+    c.append(pa.table({"id": pa.array(range(1_000_000, 2_000_000), pa.int64()),
+                       "v": pa.array(["x"] * 1_000_000)}))
+    c.delete("id < 50 OR id = 1999999")
+    c.upsert(rows(150, 160), key=["id"])
+    c.compact(target_file_size=1 << 30, deleted_fraction=0.01)
+    assert objects(source) == before
+    assert ids(source) == list(range(10, 200))
+    got = ids(target)
+    assert len(got) == 150 + 999_999 and got[0] == 50 and got[-1] == 1_999_998
+    assert verify_table(caslake.open_table(target).store, deep=True, all_versions=True).ok
+
+
+def test_the_clone_reads_after_the_source_is_compacted_and_gcd_many_times(source, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    target = str(tmp_path / "clone")
+    caslake.clone(source, target, version=2)
+    churn(source, 5)
+    assert ids(target) == list(range(200))
+    c = caslake.open_table(target)
+    assert verify_table(c.store, deep=True, all_versions=True).ok
+    c.delete("id >= 100")  # a delete on a source file, tombstone in the clone
+    assert ids(target) == list(range(100))
+
+
+def test_after_the_clone_is_dropped_the_source_gc_reclaims_shared_files(source, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    target = str(tmp_path / "clone")
+    caslake.clone(source, target)
+    shared = {k for k in objects(source) if k.startswith(("data/", "tombstone/"))}
+    churn(source, 2)
+    assert shared <= set(objects(source))  # held
+    caslake.drop_table(target)
+    assert not list(open_store(source).list(HOLD_PREFIX))
+    with pytest.raises(TableNotFound):  # nothing left: a typed error, nothing changes
+        caslake.drop_table(target)
+    churn(source, 1)
+    assert not shared & set(objects(source))
+    with pytest.raises(TableNotFound):
+        caslake.open_table(target)
+    assert ids(source) == sorted([*range(10, 200), 10_000, 10_001, 10_000])
+
+
+def test_a_clone_of_a_clone_holds_every_owner(source, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    first, second = str(tmp_path / "c1"), str(tmp_path / "c2")
+    c1 = caslake.clone(source, first)
+    c1.append(rows(500, 510))
+    caslake.clone(first, second)
+    assert ids(second) == [*range(10, 200), *range(500, 510)]
+    assert len(list(open_store(source).list(HOLD_PREFIX))) == 2  # c1's and c2's
+    with pytest.raises(RefInUse) as e:  # c2 still reads c1's own files
+        caslake.drop_table(first)
+    assert "c2" in str(e.value)
+    assert ids(first) == ids(second)
+    churn(source, 2)
+    churn(first, 2)
+    assert ids(second) == [*range(10, 200), *range(500, 510)]
+    caslake.drop_table(second)
+    assert len(list(open_store(source).list(HOLD_PREFIX))) == 1  # c1's
+    caslake.drop_table(first)
+    assert not list(open_store(source).list(HOLD_PREFIX))
+
+
+def test_clone_at_a_tag_and_bad_targets(source, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    caslake.open_table(source).create_tag("v1", version=1)
+    target = str(tmp_path / "clone")
+    caslake.clone(source, target, tag="v1")
+    assert ids(target) == list(range(100))
+    with pytest.raises(TableAlreadyExists):
+        caslake.clone(source, target)
+    with pytest.raises(TableNotFound):
+        caslake.clone(str(tmp_path / "nothing"), str(tmp_path / "x"))
