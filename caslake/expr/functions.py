@@ -327,6 +327,14 @@ class ValueBuilder:
             digits = cast(pa.Decimal128Type, target).scale if to_family == "decimal" else 0
             mode = "half_to_even" if (family, to_family) == ("float", "int") else _ROUND_HALF_AWAY
             if family == "float" or to_family == "int" or digits < source[1].type.scale:
+                if family == "decimal":
+                    # Rounding can carry into a new digit (9.99 -> 10); pyarrow's
+                    # round keeps the precision and would wrap, so widen first.
+                    source_type = cast(pa.Decimal128Type, source[1].type)
+                    wider = source_type.precision + 1
+                    source = self._cast_to(source, pa.decimal128(wider, source_type.scale)
+                                           if wider <= 38 else
+                                           pa.decimal256(wider, source_type.scale), what)
                 source = self._run(
                     what, lambda x: pc.round(x, digits, round_mode=mode),  # type: ignore[call-overload]
                     [source])

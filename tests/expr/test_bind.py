@@ -548,3 +548,17 @@ def test_evaluation_failure_is_a_typed_error() -> None:
     assert bound is not None
     with pytest.raises(PredicateEvaluationError, match=r"CAST|parse"):
         filter_table(table, bound)
+
+
+def test_cast_rounding_a_decimal_can_carry_into_a_new_digit() -> None:
+    # pyarrow's round keeps the precision: 9999999.99 rounded in decimal(9, 2) wraps to
+    # 0.00 unless widened first (found by the property test).
+    values = [Decimal("9999999.99"), Decimal("-9999999.99"), Decimal("0.50"), Decimal("0.49")]
+    table = pa.table({"d": pa.array(values, pa.decimal128(9, 2))})
+    def rows(where: str) -> list[object]:
+        bound = compile_where(where, table.schema)
+        assert bound is not None
+        return filter_table(table, bound).column("d").to_pylist()
+    assert rows("CAST(d AS BIGINT) = 10000000") == [values[0]]
+    assert rows("CAST(d AS BIGINT) < 1") == [values[1], values[3]]
+    assert rows("CAST(d AS DECIMAL(9,1)) = 10000000.0") == [values[0]]

@@ -273,3 +273,15 @@ def test_ambiguous_column_names_are_refused(tmp_path: Path) -> None:
         table.scan(where="origin = 'JFK'")
     assert table.scan(where="ORIGIN = 'JFK'").to_arrow().num_rows == 0
     assert table.scan(columns=["Origin"]).schema.names == ["Origin"]
+
+
+def test_purge_with_computed_predicate_equals_duckdb(tmp_path: Path) -> None:
+    table = caslake.create_table(str(tmp_path / "t"), SCHEMA,
+                                 write_options=WriteOptions(row_group_size=8_000))
+    data = make_rows(0, 600, seed=11)
+    table.append(data)
+    where = "tailnum LIKE 'N1%' OR (arr_delay > dep_delay AND ORIGIN = 'JFK')"
+    table.purge(where)
+    remaining = sorted(table.scan(columns=["id"]).to_arrow().column("id").to_pylist())
+    assert remaining == duckdb_ids(data, f"({where}) IS NOT TRUE")
+    assert len(remaining) < 600
