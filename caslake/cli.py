@@ -618,7 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
     pu.add_argument("--dry-run", action="store_true", help="plan and report, write nothing")
     pu.add_argument("--expire", action="store_true",
                     help="also expire the versions that still reference the erased values")
-    pu.add_argument("--json", action="store_true")
+    pu.add_argument("--json", action="store_true", help="print the result as JSON")
     pu.set_defaults(fn=cmd_purge)
 
     g = table_cmd("gc", "expire old versions and delete objects no retained version uses")
@@ -639,31 +639,32 @@ def build_parser() -> argparse.ArgumentParser:
     sh.set_defaults(fn=cmd_show)
 
     r = table_cmd("refs", "list branches, tags and clone holds")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.set_defaults(fn=cmd_refs)
 
     br = table_cmd("branch", "create, drop, fast-forward or merge a branch")
-    br.add_argument("action", choices=["create", "drop", "fast-forward", "merge"])
+    br.add_argument("action", choices=["create", "drop", "fast-forward", "merge"],
+                    help="what to do with the branch")
     br.add_argument("name", help="the branch (for fast-forward and merge: the source)")
     br.add_argument("--from-version", type=int, help="create: fork at this version of main")
     br.add_argument("--tag", help="create: fork at this tag")
     br.add_argument("--target", default="main", help="fast-forward / merge into this branch")
-    br.add_argument("--json", action="store_true")
+    br.add_argument("--json", action="store_true", help="print the result as JSON")
     br.set_defaults(fn=cmd_branch)
 
     tg = table_cmd("tag", "create or drop an immutable tag")
-    tg.add_argument("action", choices=["create", "drop"])
-    tg.add_argument("name")
+    tg.add_argument("action", choices=["create", "drop"], help="what to do with the tag")
+    tg.add_argument("name", help="the tag")
     tg.add_argument("--version", type=int, help="create: tag this version (default: latest)")
     tg.add_argument("--branch", help="create: a version of this branch (default: main)")
-    tg.add_argument("--json", action="store_true")
+    tg.add_argument("--json", action="store_true", help="print the result as JSON")
     tg.set_defaults(fn=cmd_tag)
 
     cl = table_cmd("clone", "zero-copy clone of a table (uri) into a new table (target)")
     cl.add_argument("target", help="where the clone is created")
     cl.add_argument("--version", type=int, help="clone this version (default: latest)")
     cl.add_argument("--tag", help="clone the version of this tag")
-    cl.add_argument("--json", action="store_true")
+    cl.add_argument("--json", action="store_true", help="print the result as JSON")
     cl.set_defaults(fn=cmd_clone)
 
     sc = table_cmd("schema", "schema history (ids and changes); optionally change it")
@@ -671,7 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--rename", action="append", metavar="OLD:NEW", help="rename a column")
     sc.add_argument("--drop", action="append", metavar="NAME", help="drop a column")
     sc.add_argument("--widen", action="append", metavar="NAME:TYPE", help="widen a type")
-    sc.add_argument("--json", action="store_true")
+    sc.add_argument("--json", action="store_true", help="print the result as JSON")
     sc.set_defaults(fn=cmd_schema)
 
     pr = table_cmd("properties", "print the table properties, or set some (one commit)")
