@@ -23,9 +23,10 @@ INCREMENTS = 25
 
 
 def _context() -> mp.context.BaseContext:
-    # fork is much faster to start; fall back to spawn where it is unavailable.
-    method = "fork" if sys.platform.startswith("linux") else "spawn"
-    return mp.get_context(method)
+    # Not fork: by the time this test runs, the pytest process has threads (Spark's
+    # py4j gateway, scan pools, tqdm's monitor) and a forked child can inherit one of
+    # their locks held, then hang for ever.  forkserver forks from a clean process.
+    return mp.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
 
 
 def _create_worker(root: str, key: str, ident: int, barrier: Barrier) -> str:

@@ -30,7 +30,9 @@ INCREMENTS = 60
 
 
 def _ctx() -> mp.context.BaseContext:
-    return mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    # Not fork: the pytest process may hold threads (Spark, scan pools) whose locks a
+    # forked child would inherit held; forkserver forks from a clean process.
+    return mp.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
 
 
 def _increment(root: str, key: str, barrier: Barrier) -> int:
