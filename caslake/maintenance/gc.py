@@ -38,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from caslake.errors import InvalidArgument, RefNotFound, RetryBudgetExhausted
-from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX
+from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TOMBSTONE_PREFIX
 from caslake.format.properties import retention_policy
 from caslake.format.refs import BRANCH_PREFIX, REFS_PREFIX, branch_key
 from caslake.store.base import ObjectStore
@@ -49,7 +49,7 @@ from caslake.table.runner import TableContext, run_operation
 
 MIN_RETENTION = timedelta(hours=24)
 DEFAULT_RETENTION = timedelta(days=7)
-_PREFIXES = (MANIFEST_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
+_PREFIXES = (MANIFEST_PREFIX, SEGMENT_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
 EXPIRE = "expire"  # the operation of GC's marker commit
 
 
@@ -255,7 +255,7 @@ def _referenced(io: MetadataIO, versions: Iterable[Snapshot]) -> set[str]:
         keys.add(snap.key)
         keys.update(s.manifest for s in m.segments)
         keys.update(t.path for t in m.tombstones)
-        keys.update(f.path for f in io.live_files(snap))
+        keys.update(f.path for f in io.iter_live_files(snap))  # streamed per block
     return keys
 
 

@@ -37,6 +37,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from caslake.errors import (
@@ -55,6 +56,7 @@ from caslake.format.manifest import Pointer
 from caslake.store.base import IfMatch, PutMode
 from caslake.table.changes import Changes, Requirement, apply_changes
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.segments import write_segment
 
 T = TypeVar("T")
 
@@ -270,9 +272,11 @@ def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | N
     changes = prepare(base)
     if changes is None:
         return CommitOutcome(base, commit_id, attempt, noop=True)
-    manifest_key, manifest = apply_changes(base, changes, commit_id=commit_id,
-                                           token=new_token(), created_at_ms=now_ms(),
-                                           load=io.load_manifests)
+    manifest_key, manifest = apply_changes(
+        base, changes, commit_id=commit_id, token=new_token(), created_at_ms=now_ms(),
+        load=partial(io.segment_entries, where=base.key),
+        write=partial(write_segment, store, schema=base.manifest.schema,
+                      version=base.version + 1))
     store.put(manifest_key, manifest.to_bytes(), mode=PutMode.CREATE)
     if on_attempt:
         on_attempt("manifest-written", attempt)
