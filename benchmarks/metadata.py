@@ -23,7 +23,15 @@ first, cold call is measured too) and reports the cold time and the median of
 * ``first_batch``: ``open_table``, ``scan().to_reader()``, ``read_next_batch()``;
 * ``memory``: peak RSS of a cold point read above the process's baseline.
 
-``python -m benchmarks.metadata [--sizes 100,3000,100000] [--timeout 300]``.
+Building the 100,000-file table takes minutes, so built tables are kept in a
+cache directory (``--cache``, or ``$CASLAKE_BENCH_CACHE``, default
+``~/.cache/caslake-bench/metadata``) under a name that records the build recipe
+and the metadata layout (format version, inline limit, block size); each run
+works on a copy whose immutable objects are hard links to the cached ones (so a
+copy is made in seconds and the cached table is never changed) and whose
+pointer is a real copy.
+
+``python -m benchmarks.metadata [--sizes 100,3000,100000] [--timeout 300] [--cache DIR]``.
 """
 
 from __future__ import annotations
@@ -45,7 +53,11 @@ import pyarrow as pa
 
 import caslake
 from benchmarks.timing import Row, print_rows
+from caslake.format import FORMAT_VERSION
+from caslake.format import segment as segment_format
+from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TOMBSTONE_PREFIX
 from caslake.format.manifest import DataFile
+from caslake.table import changes as changes_policy
 from caslake.table.changes import Changes
 from caslake.table.commit import commit_with_retry
 from caslake.table.write import WriteOptions, write_data_files
@@ -54,7 +66,7 @@ SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 REAL = 200  # distinct Parquet files at the start of every table
 FILLER_ID = 1_000_000_000
 CHUNK = 1000  # entries per building commit
-LINKS = 50 * CHUNK  # hard links per filler file
+LINKS = 20 * CHUNK  # hard links per filler file (a cached table and a working copy: 2x)
 TINY = WriteOptions(target_file_size=1, row_group_size=1)
 OPS = ("point", "first_batch", "memory", "delete", "commit")
 
@@ -98,6 +110,46 @@ def build_table(path: Path, n_files: int) -> str:
             made += len(batch)
         # the filler's own key is not referenced by the table: an orphan like any other
     return uri
+
+
+BUILD_RECIPE = 2  # bump when build_table changes what it builds
+_IMMUTABLE = tuple(p.rstrip("/") for p in (DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX,
+                                           TOMBSTONE_PREFIX))
+
+
+def default_cache() -> Path:
+    env = os.environ.get("CASLAKE_BENCH_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "caslake-bench" / "metadata"
+
+
+def cached_table(cache: Path, n_files: int) -> Path:
+    """The cached pristine table of ``n_files`` files, built on first use."""
+    name = (f"r{BUILD_RECIPE}-f{FORMAT_VERSION}-i{changes_policy.INLINE_LIMIT}"
+            f"-b{segment_format.BLOCK_FILES}-n{n_files}")
+    path = cache / name
+    if not (path / ".complete").exists():
+        t0 = time.perf_counter()
+        build_table(path, n_files)
+        (path / ".complete").write_text("")
+        print(f"built {n_files:,}-file table in {time.perf_counter() - t0:.1f} s "
+              f"(cached in {path})", flush=True)
+    return path
+
+
+def working_copy(src: Path, dst: Path) -> str:
+    """A copy of a cached table to run on: immutable objects (written create-only,
+    never changed in place) are hard links; everything else is copied."""
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    for entry in src.iterdir():
+        if entry.name == ".complete":
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, dst / entry.name, symlinks=True,
+                            copy_function=os.link if entry.name in _IMMUTABLE else shutil.copy2)
+        else:
+            shutil.copy2(entry, dst / entry.name)
+    return str(dst)
 
 
 # --- one operation, in its own process ------------------------------------------------
@@ -188,15 +240,16 @@ def _fmt(r: dict[str, Any], key: str) -> str:
     return f"{v:.1f} MB" if key.endswith("mb") else f"{v * 1000:.1f} ms"
 
 
-def run(sizes: list[int], repeat: int, timeout: float, root: Path | None = None
+def run(sizes: list[int], repeat: int, timeout: float, cache: Path | None = None
         ) -> dict[int, dict[str, dict[str, Any]]]:
-    root = root or Path(tempfile.mkdtemp(prefix="caslake-meta-"))
+    cache = cache or default_cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    # Working copies beside the cache: hard links need the same file system.
+    root = Path(tempfile.mkdtemp(prefix="run-", dir=cache))
     results: dict[int, dict[str, dict[str, Any]]] = {}
     try:
         for n in sizes:
-            t0 = time.perf_counter()
-            uri = build_table(root / f"t{n}", n)
-            print(f"built {n:,}-file table in {time.perf_counter() - t0:.1f} s", flush=True)
+            uri = working_copy(cached_table(cache, n), root / f"t{n}")
             results[n] = {}
             for op in OPS:
                 results[n][op] = r = measure(uri, op, repeat, timeout)
@@ -206,7 +259,7 @@ def run(sizes: list[int], repeat: int, timeout: float, root: Path | None = None
                       flush=True)
                 if "error" in r:
                     print(r["error"], flush=True)
-            shutil.rmtree(root / f"t{n}", ignore_errors=True)
+            shutil.rmtree(root / f"t{n}", ignore_errors=True)  # the cached table stays
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return results
@@ -240,9 +293,9 @@ def rows_for(results: dict[int, dict[str, dict[str, Any]]]) -> list[Row]:
 
 
 def main(quick: bool = False, sizes: list[int] | None = None, repeat: int = 15,
-         timeout: float = 300) -> list[Row]:
+         timeout: float = 300, cache: Path | None = None) -> list[Row]:
     sizes = sizes or ([100, 3000, 10_000] if quick else [100, 3000, 100_000])
-    results = run(sizes, repeat, timeout)
+    results = run(sizes, repeat, timeout, cache)
     rows = rows_for(results)
     print_rows("metadata at scale: operation cost on a large table vs a small one", rows)
     return rows
@@ -257,13 +310,14 @@ if __name__ == "__main__":
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--cache", type=Path, help="where built tables are kept (see the docstring)")
     args = ap.parse_args()
     if args.op:
         print(json.dumps(run_op(args.op, args.table, args.repeat)))
     else:
         sizes = [int(s) for s in args.sizes.split(",") if s] or None
         res = run(sizes or ([100, 3000, 10_000] if args.quick else [100, 3000, 100_000]),
-                  args.repeat, args.timeout)
+                  args.repeat, args.timeout, args.cache)
         if args.json:
             Path(args.json).write_text(json.dumps({str(k): v for k, v in res.items()}, indent=1))
         print_rows("metadata at scale", rows_for(res))

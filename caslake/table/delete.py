@@ -279,8 +279,30 @@ def touched_since(io: MetadataIO, planned: Snapshot, base: Snapshot, paths: set[
     for ref in base.manifest.tombstones:
         if ref.path not in known and paths.intersection(ref.files):
             return True
-    live = {f.path for f in io.live_files(base)}
+    if _nothing_removed_between(io, planned, base):
+        return False  # every planned path is still live: no segment need be opened
+    live = {f.path for f in io.iter_live_files(base)}
     return not paths <= live
+
+
+REMOVAL_WALK = 32  # commits walked back before falling back to the live file list
+
+
+def _nothing_removed_between(io: MetadataIO, planned: Snapshot, base: Snapshot) -> bool:
+    """True when ``base`` descends from ``planned`` through commits that removed no
+    data file (each manifest's ``summary.removed_files``): then every file live at
+    ``planned`` is live at ``base``.  A cheap check on the parents' manifests (the
+    usual retry after a concurrent append or delete), instead of decoding every
+    segment of ``base``; False when unsure."""
+    snap = base
+    for _ in range(REMOVAL_WALK):
+        if snap.version <= planned.version:
+            return snap.key == planned.key
+        m = snap.manifest
+        if m.summary.get("removed_files", 1) != 0 or m.parent is None:
+            return False
+        snap = Snapshot(io.load_manifest(m.parent), m.parent)
+    return False
 
 
 def changes_for(operation: str, refs: tuple[TombstoneRef, ...], dropped: tuple[DataFile, ...],

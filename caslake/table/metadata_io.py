@@ -124,6 +124,10 @@ class MetadataIO:
         """Every entry of each segment (for a commit that rewrites them)."""
         return segment_files(self.store, refs, where, self._manifest_segment(where))
 
+    def iter_segment(self, ref: SegmentRef, where: str) -> Iterator[DataFile]:
+        """Every entry of one segment (named in manifest ``where``), streamed per block."""
+        return iter_segment_files(self.store, [ref], where, self._manifest_segment(where))
+
     def iter_live_files(self, snap: Snapshot) -> Iterator[DataFile]:
         """Every data file of the version, streamed one segment block at a time."""
         m = snap.manifest

@@ -5,7 +5,9 @@ Owns:
 
 * the process-wide cache of parsed segment objects, keyed by (store, key) and
   bounded by bytes: segment objects are immutable and their keys are never
-  reused, so a reopened table neither re-fetches nor re-parses them;
+  reused, so a reopened table neither re-fetches nor re-parses them; beside
+  it, a bounded cache of decoded blocks of pruned reads (decoded and checked
+  once, then reused by the next point read or delete near the same keys);
 * the checks made when a segment is opened: size and CRC-32 against the
   reference, the reference's summary against the segment's own (and each
   block's summary against its entries when the block is decoded), so a lying
@@ -38,6 +40,7 @@ from caslake.format.segment import (
     encode_segment,
 )
 from caslake.store.base import ObjectStore, PutMode
+from caslake.table.cache import LruCache
 from caslake.table.pools import fetch_all
 
 # Decide from a summary whether any entry under it might hold a wanted row:
@@ -45,17 +48,24 @@ from caslake.table.pools import fetch_all
 MightMatch = Callable[[Stats, int, str], bool]
 
 CACHE_BYTES = 256 * 1024 * 1024
+# Decoded (and checked) blocks kept per process: 64 entries each, so at most
+# 32,768 entries, a few tens of MB.  A repeated point read or delete near one key
+# decodes its block once.
+CACHE_BLOCKS = 512
 
 
 class SegmentCache:
     """Parsed segment objects by (store URI, key), least recently used dropped first
     once their encoded sizes add up to more than ``max_bytes``."""
 
-    def __init__(self, max_bytes: int = CACHE_BYTES) -> None:
+    def __init__(self, max_bytes: int = CACHE_BYTES, max_blocks: int = CACHE_BLOCKS) -> None:
         self.max_bytes = max_bytes
         self._items: OrderedDict[tuple[str, str], SegmentFile] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        # (store URI, segment key, block index) -> its entries, checked against the
+        # block's summary when decoded (segment keys are never reused).
+        self.blocks: LruCache[tuple[str, str, int], tuple[DataFile, ...]] = LruCache(max_blocks)
 
     def get(self, k: tuple[str, str]) -> SegmentFile | None:
         with self._lock:
@@ -79,6 +89,7 @@ class SegmentCache:
         with self._lock:
             self._items.clear()
             self._bytes = 0
+        self.blocks.clear()
 
     @property
     def nbytes(self) -> int:
@@ -145,8 +156,23 @@ def _segment_files(store: ObjectStore, ref: SegmentRef, where: str,
     out: list[DataFile] = []
     for i, block in enumerate(seg.blocks):
         if might_match is None or might_match(block.stats, block.rows, ref.manifest):
-            out.extend(seg.block(i))
+            out.extend(segment_block(store, seg, i, keep=might_match is not None))
     return out
+
+
+def segment_block(store: ObjectStore, seg: SegmentFile, i: int, *,
+                  keep: bool = True) -> Sequence[DataFile]:
+    """Block ``i`` of an opened segment, from the process's block cache when it was
+    decoded before; ``keep``: cache it (a pruned read), or not (a walk over every
+    block, which would only push out the blocks point reads reuse)."""
+    k = (store.uri, seg.key, i)
+    hit = CACHE.blocks.get(k)
+    if hit is not None:
+        return hit
+    files = tuple(seg.block(i))
+    if keep:
+        CACHE.blocks.put(k, files)
+    return files
 
 
 def segment_files(store: ObjectStore, refs: Sequence[SegmentRef], where: str,
@@ -157,7 +183,20 @@ def segment_files(store: ObjectStore, refs: Sequence[SegmentRef], where: str,
     def one(ref: SegmentRef) -> list[DataFile]:
         return _segment_files(store, ref, where, load_manifest_files, might_match)
 
-    return fetch_all(one, refs)
+    # Only fetches go to the pool: a summary that prunes, or a segment already in
+    # the cache, costs less than a thread hand-off.
+    fetch_all(lambda ref: one(ref) if not ref.is_object else open_segment(store, ref, where),
+              [r for r in refs if _must_fetch(store, r, might_match)])
+    return [one(r) for r in refs]
+
+
+def _must_fetch(store: ObjectStore, ref: SegmentRef, might_match: MightMatch | None) -> bool:
+    if not ref.is_object:
+        return True  # an earlier manifest (cached by the caller's loader once read)
+    if might_match is not None and not might_match(ref.stats or {}, ref.row_count,
+                                                   ref.manifest):
+        return False
+    return CACHE.get((store.uri, ref.manifest)) is None
 
 
 def iter_segment_files(store: ObjectStore, refs: Sequence[SegmentRef], where: str,
@@ -169,4 +208,4 @@ def iter_segment_files(store: ObjectStore, refs: Sequence[SegmentRef], where: st
             continue
         seg = open_segment(store, ref, where)
         for i in range(len(seg.blocks)):
-            yield from seg.block(i)
+            yield from segment_block(store, seg, i, keep=False)

@@ -211,3 +211,58 @@ def test_point_read_request_count_on_s3(s3_uri: str, s3_options: dict[str, str])
     assert c.get(GET, 0) == 4, c
     assert c.get(GET_RANGE, 0) <= 2, c  # the file's footer and its column chunks
     assert c.get(HEAD, 0) == 0 and c.get(LIST, 0) == 0, c
+
+
+def test_delete_conflict_check_opens_no_segment_after_appends(tmp_path: Path) -> None:
+    """A delete re-checks, after a concurrent commit, that the files it planned on
+    are still live.  When the commits in between removed no file (their summaries
+    say so), it decides without opening a segment; after a removal it reads the
+    live list and sees the file gone."""
+    from caslake.table.delete import touched_since
+    t = _sorted_table(str(tmp_path / "t"))
+    planned = t.snapshot
+    victim = next(f for f in t.io.live_files(planned) if f.stats[1]["min"] == 0)
+    t.append(_rows(1000, 1001))
+    t.delete("id = 1000")  # a delete that removes its whole (one-row) file
+    t.append(_rows(1001, 1002))
+    base = t.refresh().snapshot
+    assert base.manifest.summary["removed_files"] == 0
+    segments.CACHE.clear()
+    t.store.counters.reset()
+    # the delete of id 1000 removed a file between planned and base: unsure, so the
+    # live list is read (and the victim is found still live)
+    assert not touched_since(t.io, planned, base, {victim.path})
+    assert t.store.counters.snapshot().get(GET, 0) > 0
+    later = t.refresh().snapshot
+    t.append(_rows(1002, 1003))
+    t.append(_rows(1003, 1004))
+    newest = t.refresh().snapshot
+    segments.CACHE.clear()
+    t.store.counters.reset()
+    assert not touched_since(t.io, later, newest, {victim.path})
+    # only the parents' manifests are read (cached here): no segment object
+    assert t.store.counters.snapshot().get(GET, 0) == 0
+    # a removal of the victim itself is seen
+    t.delete("id BETWEEN 0 AND 4")  # all of the victim's rows: the file is removed
+    gone = t.refresh().snapshot
+    assert touched_since(t.io, newest, gone, {victim.path})
+
+
+def test_gc_mark_walks_each_segment_once_and_honours_removed(tmp_path: Path) -> None:
+    """gc's mark phase: a file removed from a segment (listed in ``removed``) stays
+    referenced while any retained version still has it live, and is unreferenced
+    once every retained version naming the segment has removed it."""
+    from caslake.maintenance.gc import _referenced
+    t = _sorted_table(str(tmp_path / "t"))
+    before = t.snapshot
+    victim = next(f for f in t.io.live_files(before) if f.stats[1]["min"] == 0)
+    seg_keys = {s.manifest for s in before.manifest.segments}
+    t.delete("id BETWEEN 0 AND 4")  # removes the victim's file
+    after = t.refresh().snapshot
+    assert victim.path in after.manifest.removed  # held in a segment both versions share
+    assert seg_keys & {s.manifest for s in after.manifest.segments}
+    assert victim.path in _referenced(t.io, [before, after])
+    assert victim.path in _referenced(t.io, [after, before])
+    only_after = _referenced(t.io, [after])
+    assert victim.path not in only_after
+    assert {f.path for f in t.io.live_files(after)} <= only_after
