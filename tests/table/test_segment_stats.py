@@ -5,8 +5,8 @@ skipped file; format-1 segments (earlier manifests) are still read."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -311,7 +311,7 @@ def test_segments_with_refs_clone_purge_export_compaction_gc(tmp_path: Path) -> 
         c = caslake.open_table(clone_uri)
         for i in range(3):
             c.append(_rows(200 + i, 201 + i))
-        assert _ids(c) == main_ids + [200, 201, 202]
+        assert _ids(c) == [*main_ids, 200, 201, 202]
         assert _ids(c, where="id = 201") == [201]
         # Iceberg export of a segmented version, read back by pyarrow
         res = t.export_iceberg()
@@ -327,4 +327,4 @@ def test_segments_with_refs_clone_purge_export_compaction_gc(tmp_path: Path) -> 
     assert _ids(t) == main_ids
     assert _ids(dev) == dev_ids
     assert _ids(t, tag="v-base") == everything  # the tag keeps its version's segments
-    assert _ids(c) == main_ids + [200, 201, 202]
+    assert _ids(c) == [*main_ids, 200, 201, 202]
