@@ -49,7 +49,7 @@ from caslake.table.changes import Changes
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache
 from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.scan import POSITION, FileTask, Scan, SnapshotSubset
+from caslake.table.scan import POSITION, FileTask, Scan, SnapshotSubset, summary_matcher
 
 # A range predicate is recorded as a key range instead of positions once the
 # position bitmap for a file would be larger than this.
@@ -330,16 +330,20 @@ def changed_since(io: MetadataIO, read: Snapshot, base: Snapshot,
     conditions matches.  Conservative: unknown statistics count as a match."""
     if base.key == read.key:
         return None
-    before = {f.path: f for f in io.live_files(read)}
-    after = {f.path: f for f in io.live_files(base)}
+    schema = base.manifest.schema
     known = {r.path for r in read.manifest.tombstones}
     tombstoned = {p for r in base.manifest.tombstones if r.path not in known for p in r.files}
-    # (file, the manifest whose entry it is: names bad statistics)
-    changed = ([(f, base.key) for p, f in after.items() if p not in before or p in tombstoned]
-               + [(f, read.key) for p, f in before.items() if p not in after])
-    schema = base.manifest.schema
     for cond in conditions:
         bound = _condition_filter(cond, schema.to_arrow())
+        # Only files whose statistics might match matter, and every such file lies
+        # in a segment block whose summary might match: both versions are read
+        # through the pruned path (all of them when the condition bounds nothing).
+        matcher = None if bound is None else summary_matcher(bound, schema=schema)
+        before = {f.path: f for f in io.pruned_files(read, matcher)}
+        after = {f.path: f for f in io.pruned_files(base, matcher)}
+        # (file, the manifest whose entry it is: names bad statistics)
+        changed = ([(f, base.key) for p, f in after.items() if p not in before or p in tombstoned]
+                   + [(f, read.key) for p, f in before.items() if p not in after])
         for f, key in changed:
             if bound is None:
                 return f"{f.path} changed"

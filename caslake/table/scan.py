@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata, InvalidArgument
 from caslake.expr import (
+    BoundExpr,
     Expr,
     compile_where,
     filter_table,
@@ -57,6 +58,7 @@ from caslake.table.footers import FooterCache
 from caslake.table.interop import ArrowExport
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.pools import METADATA_THREADS, fetch_all, shared_pool
+from caslake.table.segments import MightMatch
 
 POSITION = "__pos"
 SLICE_RUN_ROWS = 4096  # mean surviving run length above which deletes are sliced out
@@ -285,16 +287,6 @@ class Scan(ArrowExport):
         stats = data_file_stats(f, self._pred_fields, key=self.source.key)
         return bool(might_match(self._bound, stats, f.row_count))
 
-    def _summary_might_match(self, stats: Stats, rows: int, where: str) -> bool:
-        """Whether a segment or block whose entries' merged statistics are ``stats``
-        may hold a matching row: the same soundness rules as a single file."""
-        if self._bound is None:
-            return True
-        cols = {fld.name: column_stats(stats[fld.id], fld.arrow_type, key=where, path=where,
-                                       column=fld.name)
-                for fld in self._pred_fields if fld.id in stats}
-        return bool(might_match(self._bound, cols, rows))
-
     def _source(self) -> tuple[list[DataFile], Sequence[TombstoneRef],
                                Mapping[str, frozenset[int]], int, bool]:
         """The files to consider, their tombstones, any row-group restriction, how
@@ -305,7 +297,8 @@ class Scan(ArrowExport):
             if self._bound is None:
                 return self._io.live_files(src), src.manifest.tombstones, {}, \
                     src.manifest.totals.files, True
-            files = self._io.pruned_files(src, self._summary_might_match)
+            matcher = summary_matcher(self._bound, schema=self.table_schema)
+            files = self._io.pruned_files(src, matcher)
             return files, src.manifest.tombstones, {}, src.manifest.totals.files, False
         return list(src.files), src.tombstones, src.row_groups, len(src.files), True
 
@@ -572,6 +565,19 @@ class Scan(ArrowExport):
 
     def count(self) -> int:
         return sum(b.num_rows for b in self.to_batches())
+
+
+def summary_matcher(bound: BoundExpr, *, schema: TableSchema) -> MightMatch:
+    """Whether a segment or block whose entries' merged statistics are ``stats``
+    may hold a row ``bound`` matches: the same soundness rules as a single file."""
+    fields = [f for f in schema.fields if f.name in referenced_columns(bound)]
+
+    def check(stats: Stats, rows: int, where: str) -> bool:
+        cols = {fld.name: column_stats(stats[fld.id], fld.arrow_type, key=where, path=where,
+                                       column=fld.name)
+                for fld in fields if fld.id in stats}
+        return bool(might_match(bound, cols, rows))
+    return check
 
 
 def drop_deleted(table: pa.Table, keep: np.ndarray) -> pa.Table:

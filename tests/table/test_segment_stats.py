@@ -328,3 +328,25 @@ def test_segments_with_refs_clone_purge_export_compaction_gc(tmp_path: Path) -> 
     assert _ids(dev) == dev_ids
     assert _ids(t, tag="v-base") == everything  # the tag keeps its version's segments
     assert _ids(c) == [*main_ids, 200, 201, 202]
+
+
+def test_read_validation_reads_only_segments_that_might_match(tmp_path: Path) -> None:
+    """An upsert or delete with ``read_version`` checks the commits since through
+    the pruned path: a concurrent change elsewhere opens no segment of the other
+    keys, and a concurrent change to a matching key is still a conflict."""
+    from caslake.table.delete import PredicateCondition, changed_since
+    t = _sorted_table(str(tmp_path / "t"))
+    read = t.snapshot
+    t.append(_rows(1000, 1001))
+    base = t.refresh().snapshot
+    objects = [s for s in base.manifest.segments if s.is_object]
+    assert len(objects) >= 2
+    segments.CACHE.clear()
+    t.store.counters.reset()
+    assert changed_since(t.io, read, base, [PredicateCondition("id = 7")]) is None
+    assert t.store.counters.snapshot().get(GET, 0) == 1  # only the segment holding id 7
+    t.delete("id = 7")
+    after = t.refresh().snapshot
+    reason = changed_since(t.io, read, after, [PredicateCondition("id = 7")])
+    assert reason is not None and "id = 7" in reason
+    assert changed_since(t.io, read, after, [PredicateCondition("id = 33")]) is None
