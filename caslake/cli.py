@@ -217,7 +217,8 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 
     store = open_store(args.uri, _storage_options(args.storage_option))
     report = verify_table(store, deep=args.deep, all_versions=args.all_versions,
-                          progress=args.deep and (args.progress or sys.stderr.isatty()))
+                          progress=args.deep and (args.progress or sys.stderr.isatty()),
+                          storage_options=_storage_options(args.storage_option))
     if args.json:
         _emit_json(report.to_json(), out)
     else:
