@@ -8,7 +8,16 @@ import pyarrow as pa
 import pytest
 
 import caslake
-from caslake.errors import RefInUse, TableAlreadyExists, TableNotFound
+from caslake.errors import (
+    InvalidArgument,
+    InvalidRefName,
+    RefInUse,
+    RefNotFound,
+    TableAlreadyExists,
+    TableNotFound,
+    UserInputError,
+    VersionNotFound,
+)
 from caslake.format.refs import HOLD_PREFIX
 from caslake.maintenance.verify import verify_table
 from caslake.store import open_store
@@ -180,3 +189,34 @@ def test_a_ref_of_the_clone_on_a_source_version_keeps_the_hold(source, tmp_path,
     else:
         got = caslake.open_table(str(tmp_path / "c2")).scan().to_arrow()
     assert sorted(got.column("id").to_pylist()) == list(range(10, 200))
+
+
+def test_dropping_a_branch_a_clone_needs_is_refused_naming_the_clone(source, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    audit = caslake.open_table(source).create_branch("audit")
+    audit.append(rows(700, 710))  # a version only audit has
+    target = str(tmp_path / "clone")
+    caslake.clone(source, target, branch="audit")
+    assert ids(target) == [*range(10, 200), *range(700, 710)]
+    with pytest.raises(RefInUse) as e:
+        caslake.open_table(source).drop_branch("audit")
+    assert target in str(e.value)
+    caslake.drop_table(target)
+    caslake.open_table(source).drop_branch("audit")  # nothing needs it any more
+
+
+@pytest.mark.parametrize(("kw", "err"), [
+    ({"tag": "nope"}, RefNotFound),
+    ({"branch": "nope"}, RefNotFound),
+    ({"branch": "a/../b"}, InvalidRefName),
+    ({"tag": ""}, InvalidRefName),
+    ({"version": 99}, VersionNotFound),
+    ({"version": 1, "tag": "x"}, InvalidArgument),
+])
+def test_bad_clone_arguments_are_typed_errors_and_leave_nothing(source, tmp_path, kw, err) -> None:  # type: ignore[no-untyped-def]
+    before = objects(source)
+    target = str(tmp_path / "clone")
+    with pytest.raises(err) as e:
+        caslake.clone(source, target, **kw)
+    assert isinstance(e.value, UserInputError)
+    assert objects(source) == before
+    assert not list(open_store(target).list(""))
