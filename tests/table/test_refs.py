@@ -283,3 +283,18 @@ def test_every_write_operation_on_a_branch_commits_there_only(table) -> None:  #
     after = objects(table.uri)
     assert all(after[k] == h for k, h in main_before.items() if k != POINTER_KEY)
     assert verify(table).ok
+
+
+def test_a_branch_from_a_tag_survives_the_expiry_of_everything_else(table) -> None:  # type: ignore[no-untyped-def]
+    table.create_tag("v1", version=1)
+    table.delete("id < 5")
+    table.compact()
+    table.gc(retention=timedelta(0), force=True, now=FAR_FUTURE)  # version 1 expired on main
+    fix = table.create_branch("fix", tag="v1")
+    assert fix.version == 1 and ids(fix) == list(range(10))
+    assert fix.append(rows(900, 1)).version == 2  # continues from the tag's version
+    assert ids(fix) == [*range(10), 900] and ids(table) == list(range(5, 20))
+    table.drop_tag("v1")  # the branch keeps its own history
+    table.gc(retention=timedelta(0), force=True, now=FAR_FUTURE)
+    assert ids(fix) == [*range(10), 900]
+    assert verify(table).ok
