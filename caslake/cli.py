@@ -308,6 +308,8 @@ def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:
               f"{report.kept_too_young} unreferenced object(s) newer than the cutoff "
               f"{report.cutoff.isoformat()} kept; {report.lock_files_deleted} unused lock "
               "file(s) removed\n")
+    for hold in report.holds_released:  # a clone that no longer references a source
+        out.write(f"{'would release' if report.dry_run else 'released'} hold {hold}\n")
     return 0
 
 

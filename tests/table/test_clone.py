@@ -220,3 +220,19 @@ def test_bad_clone_arguments_are_typed_errors_and_leave_nothing(source, tmp_path
     assert isinstance(e.value, UserInputError)
     assert objects(source) == before
     assert not list(open_store(target).list(""))
+
+
+def test_a_compacted_clone_of_a_clone_releases_exactly_its_own_holds(source, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    first, second = str(tmp_path / "c1"), str(tmp_path / "c2")
+    c1 = caslake.clone(source, first)
+    c1.append(rows(500, 510))
+    c2 = caslake.clone(first, second)
+    assert len(_holds(source)) == 2 and len(_holds(first)) == 1
+    c2.compact(target_file_size=1 << 30, deleted_fraction=0.01)
+    report = c2.gc(retention=timedelta(0), force=True, now=LATER)
+    assert len(report.holds_released) == 2  # its holds on c1 and on the source
+    assert len(_holds(source)) == 1 and not _holds(first)  # c1's own hold stays
+    caslake.drop_table(first)  # nothing holds c1 any more
+    assert not _holds(source)
+    churn(source, 1)
+    assert ids(second) == [*range(10, 200), *range(500, 510)]
