@@ -641,6 +641,38 @@ def _check_clone_after(src: str, target: str, model: list[list[Row]], where: str
     return state
 
 
+def _compacted_clone(src: str, target: str) -> None:
+    """A clone that, once compacted, references nothing of its source."""
+    clone_module.clone(src, target)
+    caslake.open_table(target).compact(target_file_size=1 << 30, deleted_fraction=0.01)
+
+
+def _gc_clone(target: str) -> None:
+    """gc of the clone, every store (its own and its source's) opened through the
+    patched opener."""
+    own = clone_module.open_store(target)
+    store = clone_module.with_externals(own, MetadataIO(own).latest().manifest, None)
+    t = Table.load(store)
+    t.commit_policy = FAST
+    t.gc(retention=timedelta(0), force=True, now=datetime.now(UTC) + GC_LATER)
+
+
+def _check_clone_gc_after(src: str, target: str, model: list[list[Row]], where: str) -> str:
+    """The clone reads its rows and verifies, its hold is there or released, and a
+    second gc releases it; then the source's gc (which may now collect the
+    shared files) leaves the clone reading the same rows."""
+    state = "held" if _holds(src) else "released"
+    c = caslake.open_table(target)
+    assert same_rows(c, model[-1]), where
+    assert verify_table(c.store, deep=True, all_versions=True).ok, where
+    c.gc(retention=timedelta(0), force=True, now=datetime.now(UTC) + GC_LATER)
+    assert not _holds(src), f"{where}: a second gc did not release the hold"
+    caslake.open_table(src).gc(now=datetime.now(UTC) + GC_LATER)
+    assert same_rows(caslake.open_table(target), model[-1]), where
+    assert same_rows(caslake.open_table(src), model[-1]), where
+    return state
+
+
 def _run_with_faults(tables: Tables, mode: str, run: Callable[[str, str], object],
                      setup: Callable[[str, str], None], name: str) -> None:
     uri, model, _, _ = prepare(tables)
@@ -674,6 +706,9 @@ def _run_with_faults(tables: Tables, mode: str, run: Callable[[str, str], object
         if name == "clone":
             state = _check_clone_after(uri, target, model, where)
             assert must_be is None or state == "new", where
+        elif name == "clone_gc":
+            state = _check_clone_gc_after(uri, target, model, where)
+            assert must_be is None or state == "released", where
         else:  # drop_table: finishing the drop must always be possible
             with contextlib.suppress(TableNotFound):
                 caslake.drop_table(target)
@@ -716,6 +751,13 @@ def test_clone_fault_at_every_store_call(local_tables: Tables, mode: str) -> Non
 def test_drop_table_fault_at_every_store_call(local_tables: Tables, mode: str) -> None:
     _run_with_faults(local_tables, mode, lambda s, t: clone_module.drop_table(t),
                      lambda s, t: clone_module.clone(s, t) and None, "drop_table")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_clone_gc_releasing_its_hold_fault_at_every_store_call(local_tables: Tables,
+                                                              mode: str) -> None:
+    _run_with_faults(local_tables, mode, lambda s, t: _gc_clone(t), _compacted_clone,
+                     "clone_gc")
 
 
 @pytest.mark.s3
