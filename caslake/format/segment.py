@@ -240,7 +240,11 @@ class SegmentFile:
     def block(self, i: int) -> list[DataFile]:
         """The entries of block ``i``, checked against the block's summary."""
         try:
-            rows = self._reader.get_batch(i).to_pylist()
+            batch = self._reader.get_batch(i)
+            # Arrow IPC does not check buffers on read: damaged offsets would make
+            # the decode read out of bounds (a crash, not an error), so validate first.
+            batch.validate(full=True)
+            rows = batch.to_pylist()
         except (pa.ArrowException, OSError, ValueError) as e:
             raise CorruptMetadata(self.key, f"block {i} is unreadable ({e})") from None
         files = []
@@ -252,7 +256,10 @@ class SegmentFile:
                                       ) from None
             if row["footer_crc32"] is None:
                 del row["footer_crc32"]
-            files.append(parse_data_file(row, self.schema, source=f"{self.key} block {i}"))
+            try:
+                files.append(parse_data_file(row, self.schema, source=self.key))
+            except CorruptMetadata as e:  # named by the segment's key, saying where in it
+                raise CorruptMetadata(self.key, f"block {i} entry {j}: {e.reason}") from None
         try:
             actual = summarize(files, self.schema)
         except (ValueError, TypeError) as e:
