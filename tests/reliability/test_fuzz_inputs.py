@@ -14,8 +14,9 @@ a wrong answer.
    with segments, ancestors, tombstones and stats, a segment object, tombstones
    with positions, whole row groups and key ranges, a Parquet footer) mutated
    structurally (delete fields, change types, huge and negative numbers, wrong
-   nesting, extra fields, string edits) and at the byte level (bit flips, truncation, insertion); tombstone headers and bitmaps
-   mutated and re-framed with a valid CRC so the checks behind the CRC run.
+   nesting, extra fields, string edits) and at the byte level (bit flips,
+   truncation, insertion); tombstone headers and bitmaps mutated and re-framed
+   with a valid CRC so the checks behind the CRC run.
 2. **Key safety**: every key field a manifest, pointer or tombstone holds, set
    to ``..`` paths, absolute paths, ``s3://other-bucket/...``, backslashes,
    empty segments and the like -> ``CorruptMetadata``; random key text is
