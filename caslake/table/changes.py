@@ -147,8 +147,8 @@ def _fold(segments: list[SegmentRef], removed: set[str], files: int, load: LoadS
 
     * when ``removed`` has grown past ``max(INLINE_LIMIT * FANOUT, files / 4)``,
       every segment holding a removed entry is rewritten without it;
-    * else when the last ``FANOUT`` segments share a tier below
-      ``MAX_FOLD_LEVEL + 1``, they are merged into one segment of the next tier.
+    * else the rightmost run of ``FANOUT`` neighbouring segments that share a tier
+      below ``MAX_FOLD_LEVEL + 1`` is merged into one segment of the next tier.
 
     Merged entries keep their order (append order), so segments stay clustered
     when appends arrive in key or time order.  ``removed`` loses the paths whose
@@ -164,17 +164,22 @@ def _fold(segments: list[SegmentRef], removed: set[str], files: int, load: LoadS
             if kept:
                 out.append(write(kept))
         return out
-    tail = segments[-FANOUT:]
-    if (len(tail) == FANOUT and len({_level(s.file_count) for s in tail}) == 1
-            and _level(tail[0].file_count) <= MAX_FOLD_LEVEL):
-        merged: list[DataFile] = []
-        for entries in load(tail):
-            for f in entries:
-                if f.path in removed:
-                    removed.discard(f.path)  # the removal is applied by not copying it
-                else:
-                    merged.append(f)
-        return segments[:-FANOUT] + ([write(merged)] if merged else [])
+    # The rightmost run of FANOUT neighbours of one tier (not only the tail: a fold
+    # of the tail makes a segment of the next tier in the same commit that appends a
+    # new small one, so a tail-only rule would never merge that tier again).
+    levels = [_level(s.file_count) for s in segments]
+    for start in range(len(segments) - FANOUT, -1, -1):
+        run = levels[start:start + FANOUT]
+        if run[0] <= MAX_FOLD_LEVEL and run.count(run[0]) == FANOUT:
+            merged: list[DataFile] = []
+            for entries in load(segments[start:start + FANOUT]):
+                for f in entries:
+                    if f.path in removed:
+                        removed.discard(f.path)  # the removal is applied by not copying it
+                    else:
+                        merged.append(f)
+            return (segments[:start] + ([write(merged)] if merged else [])
+                    + segments[start + FANOUT:])
     return segments
 
 

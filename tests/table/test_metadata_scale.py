@@ -93,3 +93,25 @@ def test_appending_real_files_costs_constant_puts_as_metadata_grows() -> None:
     res = t.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
     assert res.requests[PUT] == 3
     assert t.scan(version=res.version).snapshot.manifest.totals.files == 5002
+
+
+def test_segment_tiers_cascade_with_chunked_commits() -> None:
+    """Commits of more than INLINE_LIMIT entries each write their own segment: the
+    folds must still cascade to the higher tiers (a rule that looked only at the
+    last FANOUT segments stopped one tier up, and the root grew linearly)."""
+    from tests.conftest import segment_thresholds
+    with segment_thresholds(inline=2, fanout=2, block=2):
+        from caslake.table import changes
+        t = caslake.create_table(f"memory://{uuid.uuid4().hex}", SCHEMA)
+        for c in range(64):
+            commit(t, [fake_file(c * 3 + k) for k in range(3)])  # 3 > INLINE_LIMIT (2)
+        m = t.refresh().snapshot.manifest
+        tiers = [changes._level(s.file_count) for s in m.segments]
+        assert m.totals.files == 192
+        assert max(tiers) > changes.MAX_FOLD_LEVEL, tiers  # merged up to the top tier
+        top = changes.MAX_FOLD_LEVEL + 1
+        # below the top tier, fewer than FANOUT of each tier wait for a merge; top-tier
+        # segments (never merged further) hold INLINE_LIMIT * FANOUT**top entries or more
+        assert sum(x < top for x in tiers) <= (changes.FANOUT - 1) * top + 1, tiers
+        assert sum(x >= top for x in tiers) <= 192 // (2 * 2**top), tiers
+        assert sorted(live_paths(t)) == sorted(fake_file(i).path for i in range(192))
