@@ -473,9 +473,13 @@ def purge(ctx: TableContext, where: str | Expr, *, dry_run: bool = False,
         raise ErasureHeld(holders)
     report = _purge(ctx, where, dry_run, progress, fingerprint, started, max_replans,
                     fold=True)
-    if dry_run or (report.noop and not holding):
+    if dry_run:
         return report
-    below = ctx.snapshot.version if report.noop else report.version
+    # Nothing stored matches any more: expire nothing, but still collect what an
+    # earlier, interrupted erasure (or a crashed writer) left unreferenced.
+    head = ctx.snapshot
+    below = (report.version if not report.noop else head.version if holding
+             else head.manifest.oldest_version)
     expiry = collect_garbage(ctx, retention=timedelta(0), force=True, now=began,
                              erase_below=below)
     return replace(report, expired_below=below, expiry=expiry)
