@@ -422,34 +422,47 @@ def check_after_gc(uri: str, where: str) -> str:
     return state
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_gc_fault_at_every_store_call(tables: Tables, mode: str) -> None:
-    uri, _ = prepare_gc(tables)
-    t, store = faulty_table(uri)
+def run_faulted(run: Callable[[Table], None], t: Table, mode: str, where: str) -> str:
+    """Run a maintenance operation whose fault is armed; its outcome's name."""
+    try:
+        run(t)
+        return "ok"
+    except SimulatedCrash:
+        assert mode == "crash", where
+        return "crash"
+    except CaslakeError as e:
+        assert mode != "crash", where
+        return type(e).__name__
+
+
+def fault_every_call(name: str, kind: str, mode: str, setup: Callable[[], str],
+                     run: Callable[[Table], None], check: Callable[[str, str], str],
+                     min_calls: int) -> None:
+    """Count the store calls of ``run`` on a table ``setup`` makes, then fault each one
+    on a fresh table and ``check(uri, where)`` what is left ("old", "new", ...)."""
+    t, store = faulty_table(setup())
     start = store.calls
-    _gc(t)
+    run(t)
     n = store.calls - start
-    assert n >= 5, f"gc made only {n} store calls"
+    assert n >= min_calls, f"{name} made only {n} store calls"
     outcomes: dict[str, int] = {}
     for i in range(1, n + 1):
-        uri, _ = prepare_gc(tables)
+        uri = setup()
         t, store = faulty_table(uri)
-        where = f"gc/{tables.kind}/{mode} at call {i} of {n}"
+        where = f"{name}/{kind}/{mode} at call {i} of {n}"
         fault = fault_at(mode, i)
         store.faults.append(fault)
-        try:
-            _gc(t)
-            outcome = "ok"
-        except SimulatedCrash:
-            assert mode == "crash", where
-            outcome = "crash"
-        except CaslakeError as e:
-            assert mode != "crash", where
-            outcome = type(e).__name__
+        outcome = run_faulted(run, t, mode, where)
         assert fault.fired >= 1, f"{where}: the fault did not fire"
-        label = f"{outcome}->{check_after_gc(uri, where)}"
+        label = f"{outcome}->{check(uri, where)}"
         outcomes[label] = outcomes.get(label, 0) + 1
-    print(f"\ngc [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+    print(f"\n{name} [{kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gc_fault_at_every_store_call(tables: Tables, mode: str) -> None:
+    fault_every_call("gc", tables.kind, mode, lambda: prepare_gc(tables)[0], _gc,
+                     check_after_gc, 5)
 
 
 # --- purge(expire=True) ----------------------------------------------------------------
@@ -505,35 +518,16 @@ def check_after_erase(uri: str, model: list[list[Row]], where: str) -> str:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_purge_expire_fault_at_every_store_call(tables: Tables, mode: str) -> None:
-    uri, model, _, _ = prepare(tables)
-    t, store = faulty_table(uri)
-    start = store.calls
-    _erase(t)
-    n = store.calls - start
-    assert n >= 10, f"purge(expire) made only {n} store calls"
-    assert matching_data_objects(open_store(uri)) == []
-    outcomes: dict[str, int] = {}
-    for i in range(1, n + 1):
+    models: dict[str, list[list[Row]]] = {}
+
+    def setup() -> str:
         uri, model, _, _ = prepare(tables)
         open_store(uri).put(data_file_key(), b"orphan", mode=PutMode.CREATE)
-        t, store = faulty_table(uri)
-        where = f"purge-expire/{tables.kind}/{mode} at call {i} of {n}"
-        fault = fault_at(mode, i)
-        store.faults.append(fault)
-        try:
-            _erase(t)
-            outcome = "ok"
-        except SimulatedCrash:
-            assert mode == "crash", where
-            outcome = "crash"
-        except CaslakeError as e:
-            assert mode != "crash", where
-            outcome = type(e).__name__
-        assert fault.fired >= 1, f"{where}: the fault did not fire"
-        label = f"{outcome}->{check_after_erase(uri, model, where)}"
-        outcomes[label] = outcomes.get(label, 0) + 1
-    print(f"\npurge-expire [{tables.kind}, {mode}]: {n} fault points tested; "
-          f"outcomes {outcomes}")
+        models[uri] = model
+        return uri
+
+    fault_every_call("purge-expire", tables.kind, mode, setup, _erase,
+                     lambda uri, where: check_after_erase(uri, models[uri], where), 10)
 
 
 # --- refs: branch, tag, fast-forward, drop -------------------------------------------
