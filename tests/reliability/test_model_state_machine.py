@@ -725,8 +725,11 @@ class RefsMachine(RuleBasedStateMachine):
             return
 
         def reachable(b: str, v: int, cid: str) -> bool:
+            # Only versions gc has not expired on b (as read_version: the oldest one
+            # still readable is the table's own record) keep a tag's version alive.
             chain = self.chains[b]
-            return v < len(chain) and chain[v].commit_id == cid
+            oldest = self._handle(b).refresh().snapshot.manifest.oldest_version
+            return oldest <= v < len(chain) and chain[v].commit_id == cid
 
         held = [t for t, (b, v, rv) in self.tags.items() if b == name and not any(
             reachable(o, v, rv.commit_id) for o in self.chains if o != name)]
