@@ -91,7 +91,8 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
     """A zero-copy clone of ``source_uri`` (at ``version``, tag ``tag`` or the head of
     ``branch``) at ``target_uri``: it references the source's files where they lie
     (held by a record under the source, so the source's gc keeps them); new writes
-    go to the target.  Release with :func:`drop_table`."""
+    go to the target.  Released by :func:`drop_table`, or by the clone's gc once
+    nothing the clone retains references the source (e.g. after compaction)."""
     from caslake.table.clone import clone as _clone
 
     _clone(source_uri, target_uri, version=version, tag=tag, branch=branch,

@@ -217,7 +217,8 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 
     store = open_store(args.uri, _storage_options(args.storage_option))
     report = verify_table(store, deep=args.deep, all_versions=args.all_versions,
-                          progress=args.deep and (args.progress or sys.stderr.isatty()))
+                          progress=args.deep and (args.progress or sys.stderr.isatty()),
+                          storage_options=_storage_options(args.storage_option))
     if args.json:
         _emit_json(report.to_json(), out)
     else:
@@ -307,6 +308,8 @@ def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:
               f"{report.kept_too_young} unreferenced object(s) newer than the cutoff "
               f"{report.cutoff.isoformat()} kept; {report.lock_files_deleted} unused lock "
               "file(s) removed\n")
+    for hold in report.holds_released:  # a clone that no longer references a source
+        out.write(f"{'would release' if report.dry_run else 'released'} hold {hold}\n")
     return 0
 
 

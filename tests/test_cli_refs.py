@@ -53,3 +53,23 @@ def test_branch_tag_refs_clone_and_schema_commands(tmp_path: Path) -> None:
     assert run("schema", uri, "--widen", "label:int64")[0] != 0
     code, out = run("branch", uri, "drop", "audit", "--json")
     assert code == 0 and json.loads(out) == {"dropped_branch": "audit"}
+
+
+def test_gc_of_a_compacted_clone_releases_its_hold(tmp_path: Path) -> None:
+    uri, target = str(tmp_path / "t"), str(tmp_path / "c")
+    t = caslake.create_table(uri, pa.schema([("id", pa.int32())]))
+    t.append(pa.table({"id": pa.array([1, 2], pa.int32())}))
+    t.append(pa.table({"id": pa.array([3], pa.int32())}))
+    assert run("clone", uri, target)[0] == 0
+    code, out = run("gc", target, "--retain-hours", "0", "--force", "--json")
+    assert code == 0 and json.loads(out)["holds_released"] == []  # the head reads the source
+    assert run("compact", target)[0] == 0  # two small source files -> one of its own
+    code, out = run("gc", target, "--retain-hours", "0", "--force", "--dry-run")
+    assert code == 0 and "would release hold" in out
+    code, out = run("refs", uri, "--json")
+    assert [r["kind"] for r in json.loads(out)] == ["branch", "hold"]
+    code, out = run("gc", target, "--retain-hours", "0", "--force")
+    assert code == 0 and "released hold" in out
+    code, out = run("refs", uri, "--json")
+    assert [r["kind"] for r in json.loads(out)] == ["branch"]
+    assert caslake.open_table(target).scan().count() == 3

@@ -18,6 +18,9 @@ The rules (docs/protocol.md, "GC"):
   ``data/`` or ``tombstone/`` is deleted only if no retained version references
   it (its manifest, the segments it reads, its data files, its tombstones) and
   it was last modified before the cutoff.  The pointer is never deleted.
+* **Holds on sources.** A clone's gc then releases its hold on every table
+  that nothing it retains references any more
+  (:func:`caslake.table.clone.release_unused_holds`).
 * **Lock files.** Then the store's unused lock files are collected
   (``ObjectStore.collect_stale_locks``: the local store's per-key flock files,
   removed only while held exclusively; see :mod:`caslake.store.local`).
@@ -44,6 +47,7 @@ from caslake.format.refs import BRANCH_PREFIX, REFS_PREFIX, branch_key
 from caslake.store.base import ObjectStore
 from caslake.table import refs
 from caslake.table.changes import Changes
+from caslake.table.clone import release_unused_holds
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.runner import TableContext, run_operation
 
@@ -83,6 +87,7 @@ class GcReport:
     kept_too_young: int = 0  # unreferenced, but modified after the cutoff
     multipart_aborted: int = 0  # unfinished multipart uploads begun before the cutoff
     lock_files_deleted: int = 0  # the store's unused lock files (local store only)
+    holds_released: list[str] = field(default_factory=list)  # a clone's holds on its sources
 
     @property
     def deleted_count(self) -> int:
@@ -96,7 +101,8 @@ class GcReport:
                 "deleted_keys": {k: sorted(v) for k, v in sorted(self.deleted.items())},
                 "bytes_deleted": self.bytes_deleted, "kept_too_young": self.kept_too_young,
                 "multipart_aborted": self.multipart_aborted,
-                "lock_files_deleted": self.lock_files_deleted}
+                "lock_files_deleted": self.lock_files_deleted,
+                "holds_released": self.holds_released}
 
 
 def check_retention(retention: timedelta, force: bool) -> None:
@@ -180,6 +186,9 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
     if not dry_run:
         _delete_all(ctx, (k for k, _ in doomed))
         report.lock_files_deleted = ctx.store.collect_stale_locks()
+    # A clone that references nothing of a source any more releases its hold there.
+    report.holds_released = release_unused_holds(
+        ctx.store, (s.manifest for s in retained), referenced, dry_run=dry_run)
     # Unfinished multipart uploads (a purge that died mid-splice) are invisible to
     # list() but billed: abort those begun before the cutoff.  An upload of unknown
     # age is kept, as a young object is.

@@ -1,7 +1,12 @@
 """``caslake verify``: check that a table's metadata and objects agree.
 
-Checks, for the current version (and with ``all_versions`` every version in
-the history):
+Checks every ref of the table -- each branch head (``main`` first), each live
+tag and each clone hold's version -- and, with ``all_versions``, every version
+in each branch's history; a version several refs share is checked once.  The
+report lists each ref with the problems found in what it references (a
+problem is reported once in ``problems`` however many refs share it).  A
+clone is checked through the stores of the tables it references.  For each
+version:
 
 * the pointer parses and names a manifest with its version and commit id;
 * manifests chain: each parent is version - 1 of the same table, and every
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,13 +45,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from caslake.errors import CaslakeError, NotFound
+from caslake.errors import CaslakeError, NotFound, RefNotFound
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.parquet import VERIFY_PAGE_CHECKSUMS
+from caslake.format.refs import MAIN, REFS_PREFIX, Hold, hold_key
 from caslake.store.base import ObjectStore
+from caslake.table import refs
+from caslake.table.clone import with_externals
 from caslake.table.deletion_mask import TombstoneCache, load_masks
 from caslake.table.footers import read_footer
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.routing import RoutingStore
 
 
 @dataclass
@@ -55,6 +65,24 @@ class Problem:
 
     def to_json(self) -> dict[str, str]:
         return {"object": self.object, "problem": self.problem}
+
+
+@dataclass
+class RefCheck:
+    """One ref and the problems found in the versions and objects it references."""
+
+    kind: str  # "branch", "tag" or "hold"
+    name: str  # a hold's name is the holder's table id
+    version: int | None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "version": self.version,
+                "ok": self.ok, "problems": [p.to_json() for p in self.problems]}
 
 
 @dataclass
@@ -70,6 +98,7 @@ class VerifyReport:
     column_chunks_checked: int = 0  # deep: column chunks whose every page CRC was checked
     bytes_checked: int = 0  # deep: bytes of data files read and checked
     problems: list[Problem] = field(default_factory=list)
+    refs: list[RefCheck] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -84,7 +113,8 @@ class VerifyReport:
                 "etags_differ": self.etags_differ, "scope": self.scope,
                 "column_chunks_checked": self.column_chunks_checked,
                 "bytes_checked": self.bytes_checked,
-                "problems": [p.to_json() for p in self.problems]}
+                "problems": [p.to_json() for p in self.problems],
+                "refs": [r.to_json() for r in self.refs]}
 
 
 def _check_object(store: ObjectStore, key: str, size: int, etag: str
@@ -102,27 +132,36 @@ def _check_object(store: ObjectStore, key: str, size: int, etag: str
 
 
 def verify_table(store: ObjectStore, *, deep: bool = False, all_versions: bool = False,
-                 progress: bool = False) -> VerifyReport:
-    """``progress``: show a progress bar (stderr) while pages are checked."""
+                 progress: bool = False, storage_options: dict[str, str] | None = None
+                 ) -> VerifyReport:
+    """``progress``: show a progress bar (stderr) while pages are checked.
+    ``storage_options``: for opening the tables a clone references."""
     report = VerifyReport(store.uri, scope="all versions" if all_versions else "current version")
-    io = MetadataIO(store)
     try:
-        head = io.latest()
+        head = MetadataIO(store).latest()
     except CaslakeError as e:
         report.problems.append(Problem("_latest_manifest", str(e)))
         return report
+    if not isinstance(store, RoutingStore):
+        store = with_externals(store, head.manifest, storage_options)
+    io = MetadataIO(store)
     report.version = head.version
-    try:
-        chain = io.history(head) if all_versions else [head]
-    except CaslakeError as e:
-        report.problems.append(Problem(getattr(e, "key", head.key), str(e)))
-        chain = [head]
     seen_files: dict[str, DataFile] = {}
     seen_tombs: dict[str, TombstoneRef] = {}
-    for snap in chain:
-        report.versions_checked += 1
-        _check_snapshot(io, snap, report, seen_files, seen_tombs,
-                        oldest=head.manifest.oldest_version)
+    checked: dict[str, list[Problem]] = {}  # manifest key -> problems of that version
+    objects: dict[int, set[str]] = {}  # id of a RefCheck -> the objects it references
+    for check, chain, oldest in _ref_chains(io, head, all_versions, report):
+        report.refs.append(check)
+        mine = objects.setdefault(id(check), set())
+        for snap in chain:
+            if snap.key not in checked:
+                report.versions_checked += 1
+                before = len(report.problems)
+                _check_snapshot(io, snap, report, seen_files, seen_tombs, oldest=oldest)
+                checked[snap.key] = report.problems[before:]
+            check.problems.extend(checked[snap.key])
+            mine.update(_object_keys(io, snap))
+    first_object_problem = len(report.problems)
     with ThreadPoolExecutor(max_workers=16) as pool:
         checks = [(f.path, f.size, f.etag) for f in seen_files.values()]
         checks += [(t.path, t.size, t.etag) for t in seen_tombs.values()]
@@ -137,7 +176,62 @@ def verify_table(store: ObjectStore, *, deep: bool = False, all_versions: bool =
         broken = {p.object for p in report.problems}
         _check_pages(store, [f for f in seen_files.values() if f.path not in broken], report,
                      progress)
+    for check in report.refs:  # each object's problems go to every ref that reaches it
+        mine = objects[id(check)]
+        check.problems.extend(p for p in report.problems[first_object_problem:]
+                              if p.object in mine)
     return report
+
+
+def _ref_chains(io: MetadataIO, head: Snapshot, all_versions: bool, report: VerifyReport
+                ) -> Iterator[tuple[RefCheck, list[Snapshot], int]]:
+    """Each ref, the versions to check for it, and the oldest version its links may
+    name (versions below it were expired by gc; links to them are not followed)."""
+    listing = [("branch", name) for name in refs.list_branches(io)]
+    holds: dict[str, Hold] = {}
+    try:
+        listing += [("tag", t.name) for t in refs.list_tags(io)]
+        holds = {h.holder_id: h for h in refs.list_holds(io)}
+    except CaslakeError as e:  # a ref record that does not parse
+        report.problems.append(Problem(getattr(e, "key", REFS_PREFIX), str(e)))
+    listing += [("hold", holder) for holder in holds]
+    for kind, name in listing:
+        check = RefCheck(kind, name, None)
+        try:
+            if kind == "branch":
+                snap = head if name == MAIN else refs.branch_head(io, name)
+            elif kind == "tag":
+                snap = refs.tag_snapshot(io, name)
+            else:
+                snap = refs.target_snapshot(io, holds[name].target, where=hold_key(name))
+        except RefNotFound:
+            continue  # dropped while we listed
+        except CaslakeError as e:
+            problem = Problem(getattr(e, "key", name), str(e))
+            report.problems.append(problem)
+            check.problems.append(problem)
+            yield check, [], 0
+            continue
+        check.version = snap.version
+        if kind != "branch":  # one version: its own links are not this ref's promise
+            yield check, [snap], snap.version
+            continue
+        try:
+            chain = io.history(snap) if all_versions else [snap]
+        except CaslakeError as e:
+            problem = Problem(getattr(e, "key", snap.key), str(e))
+            report.problems.append(problem)
+            check.problems.append(problem)
+            chain = [snap]
+        yield check, chain, snap.manifest.oldest_version
+
+
+def _object_keys(io: MetadataIO, snap: Snapshot) -> set[str]:
+    try:
+        keys = {f.path for f in io.live_files(snap)}
+    except CaslakeError:
+        keys = set()  # already reported by _check_snapshot
+    return keys | {t.path for t in snap.manifest.tombstones}
 
 
 def _check_snapshot(io: MetadataIO, snap: Snapshot, report: VerifyReport,

@@ -68,6 +68,7 @@ from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.scan import POSITION, FileTask, Scan, SnapshotSubset
 from caslake.table.transaction import Transaction, upsert_keys
+from caslake.table.upsert_keys import duplicate_key
 
 # Upserts with at most this many distinct keys send the key set to every task
 # (a broadcast); larger key sets are matched by a Spark semi-join.
@@ -266,7 +267,8 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
     files and find the rows to delete; the driver commits once.  ``df`` is
     evaluated twice (its rows, then its keys): persist it first if it is costly
     or not deterministic.  Up to ``broadcast_keys_limit`` distinct keys are
-    sent to every task; more are matched with a Spark semi-join."""
+    sent to every task; more are matched with a Spark semi-join.  A key that occurs
+    twice in ``df`` is a ``DuplicateKey`` error before anything is written."""
     if broadcast_keys_limit < 0:
         raise InvalidArgument("broadcast_keys_limit must be >= 0")
     table = open_table(uri, storage_options=storage_options)
@@ -276,6 +278,7 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
         if not f.nullable and f.name not in df.columns:
             raise SchemaMismatch(f"column {f.name!r} ({f.type}, not null) is missing from "
                                  "the data", column=f.name, expected=str(f.type))
+    _refuse_duplicate_keys(df, keys)
     # Checks df's columns against the table before any task runs.
     writer = WriteTarget(uri, dict(storage_options or {}), df.schema)
     entries = df.mapInArrow(functools.partial(_written_files, writer, new_token()),
@@ -314,6 +317,18 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
                 with contextlib.suppress(StoreError):
                     table.store.delete(written.path)
         raise
+
+
+def _refuse_duplicate_keys(df: DataFrame, keys: list[str]) -> None:
+    """DuplicateKey if a key occurs in ``df`` more than once (one Spark job, before
+    anything is written): as ``Table.upsert``, the batch must say one thing per key."""
+    n = "__caslake_rows"
+    dup = (df.groupBy(*keys).agg(F.count(F.lit(1)).alias(n)).where(F.col(n) > 1)
+           .limit(1).collect())
+    if dup:
+        row = dup[0].asDict()
+        raise duplicate_key({k: row[k] for k in keys}, int(row[n]), None,
+                            "deduplicate first (e.g. df.dropDuplicates(keys))")
 
 
 def _key_condition(df: DataFrame, keys: list[str], target: pa.Schema, limit: int

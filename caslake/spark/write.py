@@ -113,6 +113,15 @@ class WriteTarget:
                 raise SchemaMismatch(f"column {f.name!r} has type {f.dataType.simpleString()} "
                                      f"in the DataFrame but {target.field(f.name).type} in "
                                      "the table", column=f.name)
+        # As Table.append (and deltalake): every table column must be in the data.
+        # Checked here, on the driver, so no task runs and the error is not wrapped.
+        given = set(schema.fieldNames())
+        missing = [tf for tf in target if tf.name not in given]
+        if missing:
+            listed = ", ".join(f"{tf.name!r} ({tf.type})" for tf in missing)
+            raise SchemaMismatch(f"the DataFrame is missing column(s) {listed} of the table; "
+                                 "add them (F.lit(None).cast(...) where unknown) or select "
+                                 "them", column=missing[0].name, expected=str(missing[0].type))
         self.table_schema = table_schema.to_json()
 
     def open_store(self) -> ObjectStore:

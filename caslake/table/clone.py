@@ -12,7 +12,7 @@ it owns.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from caslake.errors import (
     InvalidArgument,
@@ -93,8 +93,14 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
     # (a clone of a clone holds the original owner of every file).
     owners: dict[str, tuple[str, str, RefTarget]] = {
         "s0": (src_store.uri, m.table_id, RefTarget(snap.version, snap.key, m.commit_id))}
+    live = src_io.live_files(snap)
+    # Only the tables this version still references: a hold the source released
+    # (it compacted off that table) is not chained.
+    used = {a for k in [*(f.path for f in live), *(t.path for t in m.tombstones)]
+            if (a := split_external(k)[0]) is not None}
     aliases: dict[str, str] = {}
-    for i, (a, ext) in enumerate(sorted(m.external.items()), start=1):
+    for i, (a, ext) in enumerate(sorted(e for e in m.external.items() if e[0] in used),
+                                 start=1):
         aliases[a] = f"s{i}"
         # The source's own hold there names the version the source references.
         held = _read_hold(open_store(ext.uri, storage_options), ext.hold)
@@ -107,7 +113,7 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
     #    clone that crashed before its pointer still finds (and releases) them.
     files = tuple(DataFile(_rekey(f.path, "s0", aliases), f.size, f.etag, f.row_count,
                            f.row_group_count, f.footer_size, f.stats, f.footer_crc32)
-                  for f in src_io.live_files(snap))
+                  for f in live)
     tombstones = tuple(TombstoneRef(_rekey(t.path, "s0", aliases), t.size, t.etag,
                                     {_rekey(p, "s0", aliases): n for p, n in t.files.items()})
                        for t in m.tombstones)
@@ -153,6 +159,33 @@ def _release(external: Mapping[str, ExternalTable], storage_options: dict[str, s
     for ext in external.values():
         if ext.hold == hold_key(holder_id):
             refs.delete_object(MetadataIO(open_store(ext.uri, storage_options)), ext.hold)
+
+
+def release_unused_holds(store: ObjectStore, retained: Iterable[Manifest],
+                         referenced: Collection[str], *, dry_run: bool = False) -> list[str]:
+    """Release this table's holds on the tables none of ``referenced`` (every key a
+    retained version, tag, hold or other root of this table references) is under.
+    Called by gc once it has computed ``referenced``: from then on no commit can
+    reference such a table again (a commit only carries forward what a retained
+    version has, or adds its own objects).  Only the holds this table created
+    (its own table id) are released; a missing hold is success, so the release is
+    idempotent.  Returns ``"<owner uri>/<hold key>"`` of each hold released (or,
+    with ``dry_run``, that would be)."""
+    if not isinstance(store, RoutingStore):
+        return []
+    used = {alias for key in referenced if (alias := split_external(key)[0]) is not None}
+    released: list[str] = []
+    for m in retained:
+        for alias, ext in sorted(m.external.items()):
+            owner = store.external.get(alias)
+            name = f"{ext.uri.rstrip('/')}/{ext.hold}"
+            if (alias in used or owner is None or ext.hold != hold_key(m.table_id)
+                    or name in released or not owner.exists(ext.hold)):
+                continue
+            if not dry_run:
+                refs.delete_object(MetadataIO(owner), ext.hold)
+            released.append(name)
+    return released
 
 
 def _last_manifest(store: ObjectStore) -> Manifest | None:

@@ -22,6 +22,15 @@ CHOICES = ("error", "last", "first")
 _ROW = "__caslake_row"
 
 
+def duplicate_key(key: dict[str, object], count: int, keys_duplicated: int | None,
+                  remedy: str) -> DuplicateKey:
+    """The error for an upsert input holding ``key`` ``count`` times."""
+    shown = ", ".join(f"{k}={v!r}" for k, v in key.items())
+    in_all = f" ({keys_duplicated} duplicated key(s) in all)" if keys_duplicated else ""
+    return DuplicateKey(f"the upsert's data has key ({shown}) {count} times{in_all}; make "
+                        f"the keys unique or {remedy}", key=key, count=count)
+
+
 def resolve_duplicate_keys(table: pa.Table, keys: list[str], on_duplicate: str) -> pa.Table:
     """``table`` with one row per key (per ``on_duplicate``), or DuplicateKey."""
     if on_duplicate not in CHOICES:
@@ -38,12 +47,7 @@ def resolve_duplicate_keys(table: pa.Table, keys: list[str], on_duplicate: str) 
     if on_duplicate == "error":
         dup = groups.filter(pc.greater(groups[f"{_ROW}_count"], pa.scalar(1)))
         first = dup.sort_by(f"{_ROW}_min").slice(0, 1).to_pylist()[0]
-        key = {k: first[k] for k in keys}
-        count = int(first[f"{_ROW}_count"])
-        shown = ", ".join(f"{k}={v!r}" for k, v in key.items())
-        raise DuplicateKey(
-            f"the upsert's data has key ({shown}) {count} times ({dup.num_rows} duplicated "
-            "key(s) in all); make the keys unique or choose on_duplicate='last' or 'first'",
-            key=key, count=count)
+        raise duplicate_key({k: first[k] for k in keys}, int(first[f"{_ROW}_count"]),
+                            dup.num_rows, "choose on_duplicate='last' or 'first'")
     kept = groups[f"{_ROW}_max" if on_duplicate == "last" else f"{_ROW}_min"]
     return table.take(pc.take(kept, pc.sort_indices(kept)))  # input order

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import caslake
 import caslake.spark
-from caslake.errors import ReadValidationFailed, SchemaMismatch, UnknownColumn
+from caslake.errors import DuplicateKey, ReadValidationFailed, SchemaMismatch, UnknownColumn
 from caslake.format.keys import DATA_PREFIX
 from caslake.spark import dml
 
@@ -219,6 +219,12 @@ def test_distributed_upsert_rejects_bad_input_and_leaves_nothing(
         caslake.spark.upsert(spark, t.uri, df, key=["nope"])
     with pytest.raises(SchemaMismatch, match="'extra'"):
         caslake.spark.upsert(spark, t.uri, df.withColumnRenamed("user", "extra"), key="id")
+    # A key twice in the batch has no single meaning (as Table.upsert and Delta's MERGE).
+    twice = as_df(spark, rows([5, 250, 5]))
+    with pytest.raises(DuplicateKey, match=r"id=5\) 2 times") as dup:
+        caslake.spark.upsert(spark, t.uri, twice, key="id")
+    assert dup.value.key == {"id": 5} and dup.value.count == 2
+    assert t.refresh().version == before and stored_data_files(t) == files
     empty = caslake.spark.upsert(spark, t.uri, df.limit(0), key="id")  # nothing to do
     assert empty.noop and empty.rows_deleted == 0
 

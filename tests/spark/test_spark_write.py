@@ -171,6 +171,18 @@ def test_append_and_overwrite_create_a_missing_table(spark: SparkSession,
         assert table.schema.field("ts").type == pa.timestamp("us", tz="UTC")
 
 
+def test_a_dataframe_missing_a_column_is_refused_on_the_driver(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # As Table.append and deltalake: NULL-filling is never silent.
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA)
+    writer = as_df(spark, rows(0, 3)).drop("score", "user").write.format("caslake")
+    with pytest.raises(Exception, match=r"SchemaMismatch: the DataFrame is missing column\(s\) "
+                       r"'user' \(string\), 'score' \(double\)"):
+        writer.mode("append").save(uri)
+    assert caslake.open_table(uri).version == 0 and data_files(uri) == set()
+
+
 # --- idempotent writes: txnAppId + txnVersion --------------------------------------
 
 

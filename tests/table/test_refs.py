@@ -258,3 +258,43 @@ def test_merge_refuses_a_source_whose_schema_changed(table) -> None:  # type: ig
     with pytest.raises(BranchDiverged):
         table.merge("audit", into="main")
     assert ids(table) == list(range(20))
+
+
+def test_every_write_operation_on_a_branch_commits_there_only(table) -> None:  # type: ignore[no-untyped-def]
+    main_before = objects(table.uri)
+    audit = table.create_branch("audit")
+    main_ptr = open_store(table.uri).get(POINTER_KEY).data
+    results = [audit.upsert(rows(5, 3, tag="u"), key="id")]  # v3: ids 5..7 replaced
+    with audit.transaction() as tx:  # v4
+        tx.delete("id = 0")
+        tx.append(rows(300, 2))
+    results.append(audit.compact(target_file_size=1 << 30))  # v5
+    audit.purge("id = 1")  # v6
+    results.append(audit.append(rows(500, 1)))
+    assert [r.version for r in results] == [3, 5, 7]
+    assert audit.refresh().version == 7
+    assert [h.version for h in audit.history()] == list(range(7, -1, -1))
+    assert ids(audit) == sorted([*range(2, 20), 300, 301, 500])
+    got = caslake.open_table(table.uri).branch("audit").scan(where="id = 5").to_arrow()
+    assert got.column("v").to_pylist() == ["u5"]
+    # main: the same pointer, the same rows, and none of its objects changed
+    assert open_store(table.uri).get(POINTER_KEY).data == main_ptr
+    assert ids(table) == list(range(20)) and table.refresh().version == 2
+    after = objects(table.uri)
+    assert all(after[k] == h for k, h in main_before.items() if k != POINTER_KEY)
+    assert verify(table).ok
+
+
+def test_a_branch_from_a_tag_survives_the_expiry_of_everything_else(table) -> None:  # type: ignore[no-untyped-def]
+    table.create_tag("v1", version=1)
+    table.delete("id < 5")
+    table.compact()
+    table.gc(retention=timedelta(0), force=True, now=FAR_FUTURE)  # version 1 expired on main
+    fix = table.create_branch("fix", tag="v1")
+    assert fix.version == 1 and ids(fix) == list(range(10))
+    assert fix.append(rows(900, 1)).version == 2  # continues from the tag's version
+    assert ids(fix) == [*range(10), 900] and ids(table) == list(range(5, 20))
+    table.drop_tag("v1")  # the branch keeps its own history
+    table.gc(retention=timedelta(0), force=True, now=FAR_FUTURE)
+    assert ids(fix) == [*range(10), 900]
+    assert verify(table).ok

@@ -160,8 +160,10 @@ def test_bad_schema_changes_are_typed_errors_and_leave_nothing(table, build) -> 
 def test_int64_to_int32_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
     t = caslake.create_table(str(tmp_path / "w"), pa.schema([("a", pa.int64()),
                                                              ("b", pa.string())]))
+    before = objects(t.uri)
     with pytest.raises(InvalidSchemaChange, match="int64 to int32"):
-        t.update_schema().widen_column("a", "int32")
+        t.update_schema().widen_column("a", "int32").commit()
+    assert objects(t.uri) == before and t.refresh().version == 0
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -199,3 +201,39 @@ def test_random_evolution_with_appends_and_deletes_matches_the_model(  # type: i
         assert got.schema.names == names, v
         assert sorted(got.to_pylist(), key=lambda r: r["k"]) == sorted(
             rows, key=lambda r: r["k"]), v
+
+
+def test_every_widening_and_make_nullable_read_old_files_exactly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from decimal import Decimal
+
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("a", pa.int8()),
+                        ("b", pa.int16()), ("c", pa.int32()), ("f", pa.float32()),
+                        ("d", pa.decimal128(10, 2))])
+    t = caslake.create_table(str(tmp_path / "w"), schema)
+    t.append(pa.table({"k": [1, 2], "a": pa.array([-128, 127], pa.int8()),
+                       "b": pa.array([-32768, 5], pa.int16()),
+                       "c": pa.array([-2**31, 7], pa.int32()),
+                       "f": pa.array([0.5, -1.25], pa.float32()),
+                       "d": pa.array([Decimal("12345678.91"), None], pa.decimal128(10, 2))},
+                      schema=schema))
+    (t.update_schema().widen_column("a", "int64").widen_column("b", "int64")
+     .widen_column("c", "int64").widen_column("f", "float64")
+     .widen_column("d", pa.decimal128(20, 2)).make_nullable("k").commit())
+    t.append(pa.table({"k": pa.array([None], pa.int64()), "a": [2**40], "b": [2**40],
+                       "c": [2**40], "f": [1e300],
+                       "d": pa.array([Decimal("123456789012345678.99")], pa.decimal128(20, 2))}))
+    got = t.scan().to_arrow()
+    assert got.schema.field("k").nullable
+    assert [got.schema.field(n).type for n in "abcfd"] == [
+        pa.int64(), pa.int64(), pa.int64(), pa.float64(), pa.decimal128(20, 2)]
+    expected = [
+        {"k": None, "a": 2**40, "b": 2**40, "c": 2**40, "f": 1e300,
+         "d": Decimal("123456789012345678.99")},
+        {"k": 1, "a": -128, "b": -32768, "c": -2**31, "f": 0.5, "d": Decimal("12345678.91")},
+        {"k": 2, "a": 127, "b": 5, "c": 7, "f": -1.25, "d": None}]
+    assert sorted(got.to_pylist(), key=lambda r: r["k"] or 0) == expected
+    rel = duckdb.from_arrow(t.scan(where="a < 0 OR k IS NULL").to_reader())
+    assert sorted(rel.project("k, a, d").fetchall(), key=lambda r: r[0] or 0) == [
+        (None, 2**40, Decimal("123456789012345678.99")), (1, -128, Decimal("12345678.91"))]
+    old = t.scan(version=1).to_arrow()  # version 1 reads under its own schema
+    assert old.schema.field("a").type == pa.int8() and old.num_rows == 2
