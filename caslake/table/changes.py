@@ -54,8 +54,13 @@ class Changes:
     txn: tuple[str, int] | None = None
     # GC's expiry marker: raise the manifest's oldest_version (never lowers it).
     oldest_version: int | None = None
+    # GC's fence (Manifest.collected_until_ms): raise it (never lowers it).
+    collected_until_ms: int | None = None
     # Table properties to set (merged over the base's).
     properties: Mapping[str, str] | None = None
+    # Fold every segment inline (purge with expire: no retained manifest may keep the
+    # entries, statistics included, of the files this commit removes).
+    fold_segments: bool = False
     # A schema change: the schema of the new version (schema id already advanced).
     schema: TableSchema | None = None
 
@@ -172,7 +177,7 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
     # them when removals would otherwise pile up in `removed`.  One fold per commit;
     # the folded manifest becomes a segment of the next tier on the next commit.
     fold: list[SegmentRef] = []
-    if len(removed) > max(INLINE_LIMIT * FANOUT, totals.files // 4):
+    if changes.fold_segments or len(removed) > max(INLINE_LIMIT * FANOUT, totals.files // 4):
         fold, segments = segments, []
     elif (len(segments) >= FANOUT
           and len({_level(s.file_count) for s in segments[-FANOUT:]}) == 1):
@@ -228,5 +233,6 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
         properties={**bm.properties, **(changes.properties or {})},
         txns=txns, totals=totals,
         oldest_version=max(bm.oldest_version, changes.oldest_version or 0),
-        external=bm.external, format_version=bm.format_version)
+        external=bm.external, format_version=bm.format_version,
+        collected_until_ms=max(bm.collected_until_ms, changes.collected_until_ms or 0))
     return manifest_key(version, token), manifest
