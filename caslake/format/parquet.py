@@ -39,8 +39,12 @@ import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile
-from caslake.format.parquet_thrift import clone, decode_file_metadata, footer_tail
-from caslake.format.splice import _shift_row_group as shift_row_group  # pages moved, bytes kept
+from caslake.format.parquet_thrift import (
+    clone,
+    decode_file_metadata,
+    footer_tail,
+    shift_row_group,
+)
 from caslake.format.stats import ColumnStats, JsonStats, value_to_json
 
 MAGIC = b"PAR1"
