@@ -13,6 +13,23 @@ Cases: 256 MiB with the user's rows in one row group (the goal: >= 10x fewer byt
 uploaded, >= 3x faster), 256 MiB with rows in three groups, and 1 GiB with rows in
 one group.  ``--quick``: 64 MiB files with 8 MiB groups.  Bytes are the store's
 counters (uploaded = client -> S3, downloaded = S3 -> client, copied = inside S3).
+
+Where purge's time goes on moto (256 MiB, one group; phases timed by wrapping
+``caslake.maintenance.purge`` and the multipart calls, 2026-11-23, a 2-core machine
+at load 10+): planning 1.1-1.5 s (footer, the predicate column of the one group
+statistics leave, the thrift footer), range GET of the 16 MiB group 0.7-1.0 s,
+decode + re-encode 0.3-0.7 s, and ``compose`` 7.9-11 s, of which the two
+UploadPartCopy parts take 5-8 s and CompleteMultipartUpload 3.7-4.4 s.  moto
+emulates the server-side copy in Python: every UploadPartCopy reads the *whole*
+source object (``FakeKey.value``, under the key's lock, so the two copies run one
+after the other), slices it, and writes and MD5s the part; Complete reads every
+part back and concatenates the whole object.  That is ~6x the file size of memory
+traffic on the server for a purge, against ~2x for the whole-file GET + PUT of the
+rewrite, so on moto the splice saves the transfer but not the server's copying:
+the 3x speed goal is out of reach there whatever the client does (the client's
+own work is ~2.5 s of 7-14 s).  Measured the same day, same machine: purge
+7.0-10.8 s against a rewrite of 6.4-7.7 s (0.6-1.1x; main's code measured the
+same), 16x fewer bytes uploaded.  On S3 the copy happens inside the service.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import core, deletes, metadata, purge, tpch
+from benchmarks import core, deletes, metadata, purge, scan_paths, tpch
 from benchmarks import dataset as dataset_bench
 from benchmarks import export as export_bench
 from benchmarks import spark as spark_bench
@@ -19,7 +19,8 @@ def main() -> int:
     export_bench.main(quick=quick)
     dataset_bench.main(quick=quick)
     spark_bench.main(quick=quick)
-    return tpch.main(quick=quick)
+    paths = scan_paths.main(0.1 if quick else 1.0, [1, 2], append=True)
+    return tpch.main(quick=quick) or paths
 
 
 if __name__ == "__main__":

@@ -284,6 +284,10 @@ def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"  uploaded {report.bytes_uploaded:,} B, downloaded "
                   f"{report.bytes_downloaded:,} B, copied in the store {report.bytes_copied:,} B "
                   f"(a whole-file rewrite uploads {report.whole_file_rewrite_bytes:,} B)\n")
+    if report.expiry is not None and not args.json:
+        out.write(f"expired the versions below {report.expired_below} and deleted "
+                  f"{report.expiry.deleted_count} object(s) holding the erased rows or "
+                  "unreferenced\n")
     return 0
 
 

@@ -9,7 +9,8 @@ subclasses are grouped by what the caller should do about them:
 * :class:`CommitConflict` -- another writer won; nothing was applied.  By what
   to do next: :class:`ConcurrentModification` (recompute and re-run),
   :class:`ReadValidationFailed` (read again, then recompute),
-  :class:`RetryBudgetExhausted` (retry later).
+  :class:`RetryBudgetExhausted` (retry later), :class:`WriterOutlivedGc` (the
+  operation ran past a gc that may have collected its uploads: run it again).
 * :class:`CommitOutcomeUnknown` -- the outcome could not be settled; read the
   table before retrying.
 * :class:`CorruptMetadata` -- something on storage is damaged; run
@@ -157,6 +158,22 @@ class RefInUse(UserInputError):
         self.holders = holders
 
 
+class ErasureHeld(RefInUse):
+    """``purge(expire=True)`` refused: a live ref (another branch's retained history,
+    a tag) or a clone hold still needs a version whose objects hold values to be
+    erased, so they could not be deleted.  ``holders`` names each of them; nothing
+    was purged or expired."""
+
+    def __init__(self, holders: list[str]) -> None:
+        UserInputError.__init__(
+            self, f"purge(expire=True) cannot erase the matching rows: versions holding "
+                  f"them are still needed by {', '.join(holders)}; drop or move those first, "
+                  "or purge without expire")
+        self.kind = "purge"
+        self.name = ""
+        self.holders = holders
+
+
 class InvalidSchemaChange(UserInputError):
     """A schema change is not allowed (an incompatible widening, a rename onto an
     existing name, dropping the last column, an unknown column...).  ``column``
@@ -276,6 +293,20 @@ class BranchDiverged(CommitConflict):
         super().__init__(message)
         self.target = target
         self.source = source
+
+
+class WriterOutlivedGc(CommitConflict):
+    """The operation began uploading before objects that a gc run has since collected
+    (``started_at_ms`` <= ``collected_until_ms``, the fence gc committed): its own
+    uploads may be among them, so it must not commit.  Nothing was applied."""
+
+    default_help = ("run the operation again (it ran longer than gc's retention; keep "
+                    "the retention above the longest write)")
+
+    def __init__(self, message: str, *, started_at_ms: int, collected_until_ms: int) -> None:
+        super().__init__(message)
+        self.started_at_ms = started_at_ms
+        self.collected_until_ms = collected_until_ms
 
 
 class CommitOutcomeUnknown(CaslakeError):

@@ -196,6 +196,10 @@ class Manifest:
     oldest_version: int = 0
     # Tables whose objects ``data/x=<alias>/...`` keys name (clones); carried forward.
     external: Mapping[str, ExternalTable] = field(default_factory=dict)
+    # GC's fence: gc may have collected unreferenced objects uploaded up to this time
+    # (ms since the epoch); a commit adding objects whose operation started at or
+    # before it is refused.  Carried forward (never lowered); 0: no fence.
+    collected_until_ms: int = 0
 
     def deleted_rows_per_file(self) -> dict[str, int]:
         """Rows the tombstones delete in each data file that has any (one live
@@ -223,6 +227,8 @@ class Manifest:
             "txns": dict(self.txns),
             "totals": self.totals.to_json(),
             "oldest_version": self.oldest_version,
+            **({"collected_until": self.collected_until_ms}
+               if self.collected_until_ms else {}),
             **({"external": {a: e.to_json() for a, e in sorted(self.external.items())}}
                if self.external else {}),
             "ancestors": [a.to_json() for a in self.ancestors],
@@ -523,6 +529,9 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
     oldest = doc.get("oldest_version", int, optional=True, default=0)
     if not 0 <= oldest <= version:
         raise doc.error("oldest_version must be between 0 and the manifest's version")
+    collected_until = doc.get("collected_until", int, optional=True, default=0)
+    if collected_until < 0:
+        raise doc.error("collected_until must not be negative")
     return Manifest(
         table_id=doc.get("table_id", str), version=version, parent=parent,
         commit_id=doc.get("commit_id", str),
@@ -535,4 +544,5 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         txns=doc.string_map("txns", int),
         totals=Totals(t.nonneg("files"), t.nonneg("rows"), t.nonneg("bytes"),
                       t.get("deleted_rows", int, optional=True, default=0)),
-        format_version=fv, oldest_version=oldest, external=external)
+        format_version=fv, oldest_version=oldest, external=external,
+        collected_until_ms=collected_until)

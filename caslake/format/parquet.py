@@ -39,6 +39,12 @@ import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile
+from caslake.format.parquet_thrift import (
+    clone,
+    decode_file_metadata,
+    footer_tail,
+    shift_row_group,
+)
 from caslake.format.stats import ColumnStats, JsonStats, value_to_json
 
 MAGIC = b"PAR1"
@@ -261,6 +267,56 @@ def check_footer(tail: bytes, f: DataFile, *, etag: str = "") -> FooterInfo:
                               f"{info.num_row_groups} row groups; the manifest says "
                               f"{f.row_count} in {f.row_group_count}")
     return info
+
+
+# --- assembling a file from separately encoded row groups --------------------------
+
+
+class ParquetConcat:
+    """Builds one Parquet file from row groups encoded as separate one-group files
+    (so they can be encoded in parallel): :meth:`head`, then per group the bytes
+    :meth:`add` returns, then :meth:`tail`.  Each group's pages are kept
+    verbatim (with their statistics and page CRC-32s); only the offsets in the
+    footer move.  Groups must share one schema and carry no page indexes or
+    bloom filters (the writer's settings here add none).  Pure: the caller
+    writes the bytes."""
+
+    def __init__(self) -> None:
+        self._template: Any = None
+        self._groups: list[Any] = []
+
+    @staticmethod
+    def head() -> bytes:
+        return MAGIC
+
+    def add(self, encoded: Any, offset: int, *, path: str) -> memoryview:
+        """The bytes to write at file ``offset`` for the one row group of the
+        complete Parquet file ``encoded`` (bytes or a pyarrow Buffer)."""
+        view = memoryview(encoded)
+        footer_size = footer_size_from_trailer(bytes(view[-TRAILER_SIZE:]), path=path)
+        fmd = decode_file_metadata(bytes(view[-footer_size:-TRAILER_SIZE]), what=path)
+        if len(fmd.row_groups) != 1:
+            raise CorruptMetadata(path, f"an encoded group holds {len(fmd.row_groups)} row "
+                                  "groups, not 1")
+        (group,) = fmd.row_groups
+        if any(c.column_index_offset is not None or c.offset_index_offset is not None
+               or c.meta_data.bloom_filter_offset is not None for c in group.columns):
+            raise CorruptMetadata(path, "an encoded group has page indexes or bloom filters")
+        shift_row_group(group, offset - len(MAGIC))
+        group.ordinal = len(self._groups)
+        self._groups.append(group)
+        if self._template is None:
+            self._template = fmd
+        return view[len(MAGIC):len(view) - footer_size]
+
+    def tail(self) -> bytes:
+        """The footer of the file (every group added so far), length and magic."""
+        if self._template is None:
+            raise CorruptMetadata("parquet file", "a file needs at least one row group")
+        fmd = clone(self._template)
+        fmd.row_groups = self._groups
+        fmd.num_rows = sum(g.num_rows for g in self._groups)
+        return bytes(footer_tail(fmd))
 
 
 # --- statistics -----------------------------------------------------------------------

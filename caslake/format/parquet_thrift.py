@@ -103,3 +103,18 @@ def decode_page_header(data: bytes, *, what: str = "page header") -> Any:
 def clone(obj: Any) -> Any:
     """A deep copy of a decoded struct (by a Thrift round trip: exact and cheap)."""
     return deserialize(type(obj)(), serialize(obj, _PROTOCOL), _PROTOCOL)
+
+
+def shift_row_group(rg: Any, delta: int) -> None:
+    """Move a row group's pages by ``delta`` bytes (its aux structures untouched)."""
+    if rg.file_offset:
+        rg.file_offset += delta
+    for c in rg.columns:
+        if c.file_offset:  # deprecated field; 0 means "not set" (offset 0 is the magic)
+            c.file_offset += delta
+        md = c.meta_data
+        md.data_page_offset += delta
+        if md.dictionary_page_offset:
+            md.dictionary_page_offset += delta
+        if md.index_page_offset:
+            md.index_page_offset += delta

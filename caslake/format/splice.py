@@ -49,6 +49,7 @@ from caslake.format.parquet_thrift import (
     footer_length,
     footer_tail,
     parquet,
+    shift_row_group,
 )
 
 MiB = 1024 * 1024
@@ -131,21 +132,6 @@ def _strip_aux(rg: Any) -> None:
             setattr(c.meta_data, length, None)
 
 
-def _shift_row_group(rg: Any, delta: int) -> None:
-    """Move a row group's pages by ``delta`` bytes (its aux structures untouched)."""
-    if rg.file_offset:
-        rg.file_offset += delta
-    for c in rg.columns:
-        if c.file_offset:  # deprecated field; 0 means "not set" (offset 0 is the magic)
-            c.file_offset += delta
-        md = c.meta_data
-        md.data_page_offset += delta
-        if md.dictionary_page_offset:
-            md.dictionary_page_offset += delta
-        if md.index_page_offset:
-            md.index_page_offset += delta
-
-
 # --- decoding and re-encoding one row group ----------------------------------
 
 
@@ -153,7 +139,7 @@ def _single_group_file(fmd: Any, rg: Any, rg_bytes: bytes, span_start: int) -> b
     """A standalone Parquet file holding just ``rg`` (whose bytes start at ``span_start``)."""
     one = clone(fmd)
     group = clone(rg)
-    _shift_row_group(group, len(MAGIC) - span_start)
+    shift_row_group(group, len(MAGIC) - span_start)
     _strip_aux(group)
     one.row_groups = [group]
     one.num_rows = group.num_rows
@@ -360,7 +346,7 @@ def splice_file(fmd: Any, replacements: Mapping[int, EncodedGroup | None],
             delta = pos - len(MAGIC)
             blobs = {r: enc.aux_source[r[0]:r[1]] for r in aux_ranges(rg)}
             _collect_aux_from(rg, blobs, delta, aux)
-            _shift_row_group(rg, delta)
+            shift_row_group(rg, delta)
             pieces.append(enc.data)
             pos += len(enc.data)
         else:
@@ -368,7 +354,7 @@ def splice_file(fmd: Any, replacements: Mapping[int, EncodedGroup | None],
             start, end = row_group_span(rg)
             delta = pos - start
             _collect_aux_from(rg, aux_bytes, delta, aux)
-            _shift_row_group(rg, delta)
+            shift_row_group(rg, delta)
             pieces.append(SourceRange(start, end))
             pos += end - start
         _strip_aux(rg)

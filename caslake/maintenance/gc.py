@@ -7,9 +7,14 @@ The rules (docs/protocol.md, "GC"):
   the cutoff, so ``as_of(cutoff)`` still works), plus the head.  A retention
   below 24 hours is refused unless ``force=True``: a writer still uploading
   files it has not committed yet is only protected by their age.
-* **Marker first.** Before deleting anything, GC commits an ``expire`` version
-  whose ``oldest_version`` says which versions may be gone; readers then answer
-  ``VersionNotFound`` for them instead of meeting missing manifests.
+* **Marker and fence first.** Before deleting anything, GC commits on each
+  branch that needs it an ``expire`` version whose ``oldest_version`` says which
+  versions may be gone (readers then answer ``VersionNotFound`` for them instead
+  of meeting missing manifests) and whose ``collected_until`` fences off the
+  commit of any operation that began before the newest object it deletes (a
+  writer that outlived the retention: its uploads may be among them; see
+  :class:`caslake.table.requirements.UploadsNotCollected`).  It then computes
+  what is referenced again from the new heads.
 * **Every ref.** Each branch is expired by its own history (and the table's
   ``retention.keep_last_versions`` cap); every live tag's and clone hold's
   version is retained whole.  Refs are listed again before deleting, and the
@@ -45,7 +50,7 @@ from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TO
 from caslake.format.manifest import SegmentRef
 from caslake.format.properties import retention_policy
 from caslake.format.refs import BRANCH_PREFIX, REFS_PREFIX, branch_key
-from caslake.store.base import ObjectStore
+from caslake.store.base import ObjectMeta, ObjectStore
 from caslake.table import refs
 from caslake.table.changes import Changes
 from caslake.table.clone import release_unused_holds
@@ -119,13 +124,18 @@ def check_retention(retention: timedelta, force: bool) -> None:
 
 def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
                     dry_run: bool = False, now: datetime | None = None,
-                    force: bool = False, extra_roots: Sequence[RootsProvider] = ()
-                    ) -> GcReport:
+                    force: bool = False, extra_roots: Sequence[RootsProvider] = (),
+                    erase_below: int | None = None) -> GcReport:
     """Expire versions older than ``retention`` on every branch and delete what no
     retained version, tag or hold references, nor any of ``extra_roots`` keeps.
     ``retention`` None: the table's retention policy (``retention.max_age``,
     default 7 days, and ``retention.keep_last_versions``).  ``now`` is injectable
-    for tests; it defaults to the handle's clock."""
+    for tests; it defaults to the handle's clock.
+
+    ``erase_below`` (``purge(expire=True)``): expire exactly the versions of the
+    handle's branch below it, whatever their age, leave every other branch's
+    history alone, and delete what the expired versions referenced (no retained
+    version, tag or hold referencing it) at once, whatever its age."""
     head = ctx.refresh()
     policy = retention_policy(head.manifest.properties)
     if retention is None:
@@ -136,21 +146,34 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
         raise InvalidArgument("gc 'now' must be timezone-aware")
     cutoff = now - retention
     cutoff_ms = int(cutoff.timestamp() * 1000)
+    prefixes = list(_PREFIXES)
     io = ctx.io
+    committed = False  # markers of this run landed: later rounds only read
+    erased: set[str] = set()  # what the versions erase_below expires referenced
     for _ in range(_REF_ROUNDS):
         refs_seen = _ref_keys(ctx)
         retained: list[Snapshot] = []
         own: tuple[Snapshot, int, int] | None = None
+        branches: list[tuple[str, Snapshot, int]] = []  # name, head, oldest to keep
         for name in refs.list_branches(io):
             try:
                 bhead = refs.branch_head(io, name)
             except RefNotFound:
                 continue  # dropped while we listed
-            oldest = _oldest_to_keep(io, bhead, cutoff_ms, policy.keep_last_versions)
-            if oldest > bhead.manifest.oldest_version and not dry_run:
-                bhead = _commit_marker(_branch_context(ctx, name, bhead), oldest)
+            floor = bhead.manifest.oldest_version
+            if committed:
+                oldest = floor
+            elif erase_below is None:
+                oldest = _oldest_to_keep(io, bhead, cutoff_ms, policy.keep_last_versions)
+            elif branch_key(name) == ctx.pointer_key:
+                oldest = max(floor, min(erase_below, bhead.version))
+                erased |= _referenced(io, (s for s in io.history(bhead)
+                                           if floor <= s.version < oldest))
+            else:
+                oldest = floor
             kept = _retained(io, bhead, oldest)
             retained.extend(kept)
+            branches.append((name, bhead, oldest))
             if branch_key(name) == ctx.pointer_key:
                 own = (bhead, oldest, len(kept))
         retained.extend(refs.tag_snapshot(io, t.name) for t in refs.list_tags(io))
@@ -158,34 +181,51 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
                         for h in refs.list_holds(io))
         referenced = _referenced(io, retained)
         # A ref created while we computed may name what we were about to delete.
-        if _ref_keys(ctx) == refs_seen:
+        if _ref_keys(ctx) != refs_seen:
+            continue
+        if own is None:
+            raise RefNotFound("branch", ctx.pointer_key)
+        for provider in extra_roots:  # read after the markers: what exports reference now
+            roots = provider(ctx.store)
+            referenced |= roots.keep
+            prefixes += [p for p in roots.prefixes if p not in prefixes]
+        doomed, young = _collectable(ctx.store, prefixes, referenced, cutoff, erased)
+        if dry_run:
             break
+        # The fence: a commit of an operation that began before the newest object
+        # we delete may reference it, so every branch records (in the marker, before
+        # anything is deleted) that such commits must refuse.  Its CAS moves the
+        # pointer, so a commit that validated an older base fails its own CAS and
+        # meets the fence on the rebase.
+        fenced = min(h.manifest.collected_until_ms for _, h, _ in branches)
+        # (Objects of erased versions are committed ones, no writer's pending upload.)
+        uploads = [m for m in doomed if m.key not in erased]
+        want = max((_upload_bound(m) for m in uploads), default=0)
+        if committed:
+            young += [m for m in uploads if _upload_bound(m) > fenced]
+            doomed = [m for m in doomed if m.key in erased or _upload_bound(m) <= fenced]
+            break
+        needs = [(name, bhead, oldest) for name, bhead, oldest in branches
+                 if oldest > bhead.manifest.oldest_version
+                 or want > bhead.manifest.collected_until_ms]
+        if not needs:
+            break
+        for name, bhead, oldest in needs:
+            _commit_marker(_branch_context(ctx, name, bhead), oldest, want)
+        committed = True  # go round again: what the new heads retain
     else:
         raise RetryBudgetExhausted("gc: refs kept being created or dropped while it ran",
                                    attempts=_REF_ROUNDS)
-    if own is None:
-        raise RefNotFound("branch", ctx.pointer_key)
     head, oldest, n_kept = own
-    prefixes = list(_PREFIXES)
-    for provider in extra_roots:  # read after the markers: what exports reference now
-        roots = provider(ctx.store)
-        referenced |= roots.keep
-        prefixes += [p for p in roots.prefixes if p not in prefixes]
     report = GcReport(dry_run=dry_run, cutoff=cutoff, head_version=head.version,
-                      oldest_version=oldest, retained_versions=n_kept)
-    doomed: list[tuple[str, int]] = []
-    for prefix in prefixes:
-        for meta in ctx.store.list(prefix):
-            if meta.key in referenced:
-                continue
-            if meta.last_modified is None or meta.last_modified >= cutoff:
-                report.kept_too_young += 1
-                continue
-            doomed.append((meta.key, meta.size))
-            report.deleted.setdefault(prefix.rstrip("/"), []).append(meta.key)
-            report.bytes_deleted += meta.size
+                      oldest_version=oldest, retained_versions=n_kept,
+                      kept_too_young=len(young))
+    for meta in doomed:
+        prefix = next(p for p in prefixes if meta.key.startswith(p))
+        report.deleted.setdefault(prefix.rstrip("/"), []).append(meta.key)
+        report.bytes_deleted += meta.size
     if not dry_run:
-        _delete_all(ctx, (k for k, _ in doomed))
+        _delete_all(ctx, (m.key for m in doomed))
         report.lock_files_deleted = ctx.store.collect_stale_locks()
     # A clone that references nothing of a source any more releases its hold there.
     report.holds_released = release_unused_holds(
@@ -243,12 +283,46 @@ def _oldest_to_keep(io: MetadataIO, head: Snapshot, cutoff_ms: int,
     return min(by_age, head.version)
 
 
-def _commit_marker(ctx: TableContext, oldest: int) -> Snapshot:
+def _collectable(store: ObjectStore, prefixes: Sequence[str], referenced: set[str],
+                 cutoff: datetime, erased: set[str]
+                 ) -> tuple[list[ObjectMeta], list[ObjectMeta]]:
+    """(unreferenced objects last modified before the cutoff or in ``erased``,
+    unreferenced younger ones)."""
+    doomed: list[ObjectMeta] = []
+    young: list[ObjectMeta] = []
+    for prefix in prefixes:
+        for meta in store.list(prefix):
+            if meta.key in referenced:
+                continue
+            if meta.key not in erased and (meta.last_modified is None
+                                           or meta.last_modified >= cutoff):
+                young.append(meta)
+            else:
+                doomed.append(meta)
+    return doomed, young
+
+
+def _upload_bound(meta: ObjectMeta) -> int:
+    """The latest time (ms, the store's clock) at which ``meta`` can have been written.
+    Stores that keep whole seconds only (S3's Last-Modified) truncate: a timestamp
+    on a whole second may be up to 999 ms early."""
+    ts = meta.last_modified
+    if ts is None:
+        return 0
+    ms = int(ts.timestamp() * 1000)
+    return ms + 999 if ts.microsecond == 0 else ms
+
+
+def _commit_marker(ctx: TableContext, oldest: int, fence: int) -> Snapshot:
     def prepare(base: Snapshot) -> Changes | None:
-        if base.manifest.oldest_version >= oldest:
+        m = base.manifest
+        if m.oldest_version >= oldest and m.collected_until_ms >= fence:
             return None
-        return Changes(EXPIRE, oldest_version=oldest,
-                       params={"oldest_version": str(oldest)})
+        params = {"oldest_version": str(max(oldest, m.oldest_version))}
+        if fence > m.collected_until_ms:
+            params["collected_until"] = str(fence)
+        return Changes(EXPIRE, oldest_version=oldest, collected_until_ms=fence,
+                       params=params)
 
     run_operation(ctx, EXPIRE, prepare, started=ctx.meter())
     return ctx.snapshot

@@ -25,9 +25,17 @@ Owns :func:`purge` (``Table.purge``, ``caslake purge``).  Per affected file:
    planned again from the new version and the objects it built are deleted: a
    concurrent delete is never lost and a deleted row never comes back.
 
-Never rewrites a file that has no matching row; never deletes an object that a
-committed version may reference (old objects are gc's, see docs/protocol.md,
-"Purge").  ``expire=True`` is documented there too.
+5. **Erasure** (``expire=True``).  Refused (:class:`ErasureHeld`, naming each)
+   before anything is written while another branch's retained history, a tag or
+   a clone hold needs a data file holding a matching row.  Otherwise the purge
+   commit folds every segment inline (no retained manifest keeps the removed
+   files' entries), and gc (``erase_below``) expires every version below it and
+   deletes at once what those versions alone referenced, and every unreferenced
+   object written before the purge began, fencing off writers older than those.
+
+Never rewrites a file that has no matching row; without ``expire`` never deletes
+an object that a committed version may reference (old objects are gc's, see
+docs/protocol.md, "Purge").
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import os
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -49,7 +58,9 @@ from pyroaring import BitMap
 from caslake.errors import (
     ConcurrentModification,
     CorruptMetadata,
+    ErasureHeld,
     InvalidArgument,
+    InvalidPredicate,
     NotFound,
     PreconditionFailed,
     StoreCapabilityUnsupported,
@@ -62,9 +73,12 @@ from caslake.format.keys import data_file_key, tombstone_key
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.parquet import file_stats
 from caslake.format.parquet_thrift import decode_file_metadata, footer_length
+from caslake.format.refs import branch_key
 from caslake.format.schema import TableSchema
 from caslake.format.tombstone import FileDeletes, Tombstone
+from caslake.maintenance.gc import GcReport, collect_garbage
 from caslake.store.base import ComposePart, CopyFrom, ObjectStore, PutMode
+from caslake.table import refs
 from caslake.table.changes import Changes
 from caslake.table.delete import PredicateCondition, check_where, matching_positions
 from caslake.table.deletion_mask import DeletionMask, load_masks
@@ -116,6 +130,10 @@ class PurgeReport:
     files: tuple[FilePurge, ...] = ()
     predicate_hmac: str = ""
     attempts: int = 0
+    # expire=True: the versions below ``expired_below`` expired, and the objects they
+    # alone referenced deleted at once (gc's report of that step); None otherwise.
+    expired_below: int | None = None
+    expiry: GcReport | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "commit_id": self.commit_id, "noop": self.noop,
@@ -125,7 +143,9 @@ class PurgeReport:
                 "bytes_uploaded": self.bytes_uploaded, "bytes_copied": self.bytes_copied,
                 "whole_file_rewrite_bytes": self.whole_file_rewrite_bytes,
                 "strategy": dict(self.strategy), "files": [f.to_json() for f in self.files],
-                "predicate_hmac": self.predicate_hmac, "attempts": self.attempts}
+                "predicate_hmac": self.predicate_hmac, "attempts": self.attempts,
+                "expired_below": self.expired_below,
+                "expiry": self.expiry.to_json() if self.expiry is not None else None}
 
 
 def predicate_hmac(where: str | Expr, key: bytes) -> str:
@@ -372,6 +392,58 @@ def _data_file(schema: TableSchema, key: str, etag: str, spliced: sp.SplicedFile
                     footer_crc32=zlib.crc32(tail), stats=stats)
 
 
+# --- expire=True: what holds the values ---------------------------------------------
+
+
+def _files_holding(ctx: TableContext, head: Snapshot, where: str | Expr) -> set[str]:
+    """The data files of the branch's retained history (``head`` down to its
+    ``oldest_version``) that store a row ``where`` matches, live or deleted.  A
+    version whose schema cannot evaluate ``where`` counts all its files (the check
+    can only err towards refusing)."""
+    io = ctx.io
+    cond = PredicateCondition(where)
+    by_version: dict[int, tuple[Snapshot, list[DataFile]]] = {}
+    seen: set[str] = set()
+    for snap in io.history(head):
+        for f in io.live_files(snap):
+            if f.path not in seen:
+                seen.add(f.path)
+                by_version.setdefault(snap.version, (snap, []))[1].append(f)
+    holding: set[str] = set()
+    for snap, files in by_version.values():
+        subset = SnapshotSubset.of(_without_tombstones(snap), files)
+        try:
+            found = matching_positions(Scan(io, ctx.footers, subset, [], where,
+                                            ctx.tombstones), cond)
+        except InvalidPredicate:
+            holding.update(f.path for f in files)
+            continue
+        holding.update(found)
+    return holding
+
+
+def _holders(ctx: TableContext, holding: set[str]) -> list[str]:
+    """Every live ref or hold other than the handle's branch whose retained versions
+    reference one of ``holding``: expiring the branch would not free those files."""
+    if not holding:
+        return []
+    io = ctx.io
+    out: list[str] = []
+
+    def needs(snap: Snapshot) -> bool:
+        return any(f.path in holding for f in io.live_files(snap))
+
+    for name in refs.list_branches(io):
+        if branch_key(name) != ctx.pointer_key and any(
+                needs(s) for s in io.history(refs.branch_head(io, name))):
+            out.append(f"branch {name!r}")
+    out += [f"tag {t.name!r}" for t in refs.list_tags(io)
+            if needs(refs.tag_snapshot(io, t.name))]
+    out += [f"clone hold {h.key!r}" for h in refs.list_holds(io)
+            if needs(refs.target_snapshot(io, h.target, where=h.key))]
+    return out
+
+
 # --- the operation --------------------------------------------------------------------
 
 
@@ -385,12 +457,37 @@ def purge(ctx: TableContext, where: str | Expr, *, dry_run: bool = False,
                               "everything, drop the table)")
     if compile_where(where, ctx.snapshot.manifest.schema.to_arrow()) is None:
         raise InvalidArgument("purge needs a where predicate")
-    if expire:
-        raise InvalidArgument("purge(expire=True) is not available yet: run purge, then "
-                              "gc once the retention allows (docs/protocol.md, 'Purge')")
     key = audit_key if audit_key is not None else os.urandom(32)
     fingerprint = predicate_hmac(where, key)
     started = ctx.meter()
+    if not expire:
+        return _purge(ctx, where, dry_run, progress, fingerprint, started, max_replans)
+    # Erasure: refuse while a ref or hold needs a version holding the values, before
+    # anything is written; then purge, expire every version below the purge, and
+    # delete at once what those versions alone referenced (and every unreferenced
+    # object written before we began: orphans may hold the values too).
+    began = datetime.fromtimestamp(ctx.now_ms() / 1000, UTC)
+    holding = _files_holding(ctx, ctx.refresh(), where)
+    holders = _holders(ctx, holding)
+    if holders:
+        raise ErasureHeld(holders)
+    report = _purge(ctx, where, dry_run, progress, fingerprint, started, max_replans,
+                    fold=True)
+    if dry_run:
+        return report
+    # Nothing stored matches any more: expire nothing, but still collect what an
+    # earlier, interrupted erasure (or a crashed writer) left unreferenced.
+    head = ctx.snapshot
+    below = (report.version if not report.noop else head.version if holding
+             else head.manifest.oldest_version)
+    expiry = collect_garbage(ctx, retention=timedelta(0), force=True, now=began,
+                             erase_below=below)
+    return replace(report, expired_below=below, expiry=expiry)
+
+
+def _purge(ctx: TableContext, where: str | Expr, dry_run: bool, progress: Progress | None,
+           fingerprint: str, started: dict[str, int], max_replans: int, *,
+           fold: bool = False) -> PurgeReport:
     for attempt in range(max_replans + 1):
         base = ctx.refresh()
         plan = _plan(ctx, base, where)
@@ -408,7 +505,8 @@ def purge(ctx: TableContext, where: str | Expr, *, dry_run: bool = False,
                 built.append(_build(ctx, fp, base.manifest.schema, dry_run=False))
                 if progress:
                     progress("file", n, len(plan.files))
-            commit_id, snapshot, attempts = _commit(ctx, plan, built, fingerprint, started)
+            commit_id, snapshot, attempts = _commit(ctx, plan, built, fingerprint, started,
+                                                    fold)
         except ConcurrentModification:
             _discard(ctx.store, built)
             if attempt == max_replans:
@@ -440,7 +538,7 @@ def _discard(store: ObjectStore, built: list[_Built]) -> None:
 
 
 def _commit(ctx: TableContext, plan: _Plan, built: list[_Built], fingerprint: str,
-            started: dict[str, int]) -> tuple[str, Snapshot, int]:
+            started: dict[str, int], fold: bool) -> tuple[str, Snapshot, int]:
     store = ctx.store
     entries = [b.deletes for b in built if b.deletes is not None]
     counts = {b.new_file.path: b.hidden for b in built
@@ -465,7 +563,8 @@ def _commit(ctx: TableContext, plan: _Plan, built: list[_Built], fingerprint: st
 
     def prepare(base: Snapshot) -> Changes | None:
         return Changes(PURGE, add_files=added, remove_files=removed, add_tombstones=refs,
-                       rows_deleted=sum(b.hidden for b in built), params=params)
+                       rows_deleted=sum(b.hidden for b in built), params=params,
+                       fold_segments=fold)
 
     result = run_operation(ctx, PURGE, prepare,
                            requirements=(FilesUntouchedSince(plan.base, watched, PURGE),),

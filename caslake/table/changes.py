@@ -56,8 +56,13 @@ class Changes:
     txn: tuple[str, int] | None = None
     # GC's expiry marker: raise the manifest's oldest_version (never lowers it).
     oldest_version: int | None = None
+    # GC's fence (Manifest.collected_until_ms): raise it (never lowers it).
+    collected_until_ms: int | None = None
     # Table properties to set (merged over the base's).
     properties: Mapping[str, str] | None = None
+    # Rewrite every segment that holds a removed entry (purge with expire: no retained
+    # manifest may keep the entries, statistics included, of the files it removes).
+    fold_segments: bool = False
     # A schema change: the schema of the new version (schema id already advanced).
     schema: TableSchema | None = None
 
@@ -142,18 +147,20 @@ WriteSegment = Callable[[Sequence[DataFile]], SegmentRef]
 
 
 def _fold(segments: list[SegmentRef], removed: set[str], files: int, load: LoadSegments,
-          write: WriteSegment) -> list[SegmentRef]:
+          write: WriteSegment, *, rewrite_all: bool = False) -> list[SegmentRef]:
     """The folding policy (docs/format.md, "Segments").  One fold per commit:
 
     * when ``removed`` has grown past ``max(INLINE_LIMIT * FANOUT, files / 4)``,
-      every segment holding a removed entry is rewritten without it;
+      or ``rewrite_all`` (a purge with expire: no manifest from here on may keep
+      an entry, statistics included, of a removed file), every segment holding a
+      removed entry is rewritten without it;
     * else the rightmost run of ``FANOUT`` neighbouring segments that share a tier
       below ``MAX_FOLD_LEVEL + 1`` is merged into one segment of the next tier.
 
     Merged entries keep their order (append order), so segments stay clustered
     when appends arrive in key or time order.  ``removed`` loses the paths whose
     removal a rewrite applied."""
-    if len(removed) > max(INLINE_LIMIT * FANOUT, files // 4):
+    if rewrite_all or len(removed) > max(INLINE_LIMIT * FANOUT, files // 4):
         out = []
         for ref, entries in zip(segments, load(segments), strict=True):
             if not any(f.path in removed for f in entries):
@@ -220,7 +227,8 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
         # (read by every reader) never holds more than INLINE_LIMIT entries.
         segments.append(write(files))
         files = []
-    segments = _fold(segments, removed, totals.files, load, write)
+    segments = _fold(segments, removed, totals.files, load, write,
+                     rewrite_all=changes.fold_segments)
 
     # Tombstones: carry forward, forget files that left the table, add the new ones.
     tombstones: list[TombstoneRef] = []
@@ -264,6 +272,7 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
         txns=txns, totals=totals,
         oldest_version=max(bm.oldest_version, changes.oldest_version or 0),
         external=bm.external,
+        collected_until_ms=max(bm.collected_until_ms, changes.collected_until_ms or 0),
         # Segment objects are format 3: the first commit that references one raises
         # the table's version (docs/format.md, "Format version rule"); never lowered.
         format_version=(max(bm.format_version, SEGMENTS_FORMAT_VERSION)

@@ -17,6 +17,10 @@ the typed conflict that tells the caller what to do next (``caslake.errors``):
   landed -> :class:`TxnAlreadyApplied` (the commit loop makes it a no-op);
 * :class:`RefAtVersion` -- another ref's pointer is at a given version ->
   :class:`ConcurrentModification`.
+* :class:`UploadsNotCollected` -- the operation began its uploads after every
+  object gc has collected (gc's fence, ``Manifest.collected_until_ms``) ->
+  :class:`WriterOutlivedGc` (the runner applies it to every commit that adds
+  objects).
 
 The commit loop (:func:`caslake.table.commit.commit_with_retry`) validates a
 plan's requirements against every base it tries, before ``prepare`` runs, so a
@@ -33,6 +37,7 @@ from caslake.errors import (
     InvalidArgument,
     ReadValidationFailed,
     TxnAlreadyApplied,
+    WriterOutlivedGc,
 )
 from caslake.format.schema import TableSchema
 from caslake.table.changes import Requirement, txn_applied
@@ -138,6 +143,27 @@ class RefAtVersion:
             raise ConcurrentModification(
                 f"ref {self.pointer_key} is at version {pointer.version}, not "
                 f"{self.version} as planned")
+
+
+@dataclass(frozen=True)
+class UploadsNotCollected:
+    """The operation started (its first upload began) after the newest object gc may
+    have collected: otherwise its own uploads may be gone and the commit would
+    reference missing objects (a writer that outlived gc's retention).  gc commits
+    its fence before deleting anything, so a commit that validated an older base
+    loses its CAS to the fence and meets it on the rebase."""
+
+    started_at_ms: int
+    operation: str
+
+    def validate(self, base: Snapshot, io: MetadataIO) -> None:
+        fence = base.manifest.collected_until_ms
+        if self.started_at_ms <= fence:
+            raise WriterOutlivedGc(
+                f"this {self.operation} began uploading at {self.started_at_ms} ms, before "
+                f"gc collected unreferenced objects uploaded up to {fence} ms (version "
+                f"{base.version}); its own uploads may be gone", started_at_ms=self.started_at_ms,
+                collected_until_ms=fence)
 
 
 def write_requirements(operation: str, schema: TableSchema, *,

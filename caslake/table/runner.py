@@ -30,6 +30,7 @@ from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.footers import FooterCache
 from caslake.table.history import commit_counts
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.requirements import UploadsNotCollected
 from caslake.table.write import WriteOptions
 
 
@@ -57,6 +58,8 @@ class CommitResult:
 
 
 _log = logging.getLogger("caslake.table")
+#: The key of :meth:`TableContext.meter`'s clock reading (ms since the epoch).
+STARTED_AT_MS = "started_at_ms"
 
 
 def _wall_clock_ms() -> int:
@@ -102,14 +105,34 @@ class TableContext:
         return self._snapshot
 
     def meter(self) -> dict[str, int]:
-        """The store's counters now: pass as ``started`` to :func:`run_operation` so
-        the result counts everything the operation did since (planning, uploads)."""
-        return self.store.counters.snapshot()
+        """The store's counters now, and the clock (``STARTED_AT_MS``): pass as
+        ``started`` to :func:`run_operation` so the result counts everything the
+        operation did since (planning, uploads), and so its commit is refused if gc
+        collected objects uploaded after it began (:class:`UploadsNotCollected`).
+        Take it before the operation's first upload."""
+        return {**self.store.counters.snapshot(), STARTED_AT_MS: self.now_ms()}
 
 
 def _cost(ctx: TableContext, started: dict[str, int]) -> dict[str, int]:
-    now = ctx.meter()
+    now = ctx.store.counters.snapshot()
     return {k: now.get(k, 0) - started.get(k, 0) for k in now}
+
+
+def _guarded(prepare: Callable[[Snapshot], Changes | None], io: MetadataIO,
+             guard: UploadsNotCollected | None) -> Callable[[Snapshot], Changes | None]:
+    """``prepare``, refusing (before the manifest and pointer writes) a commit that adds
+    objects once gc may have collected uploads of this operation.  A commit adding
+    nothing (gc's marker, properties, a schema change) references no upload."""
+    if guard is None:
+        return prepare
+
+    def checked(base: Snapshot) -> Changes | None:
+        changes = prepare(base)
+        if changes is not None and (changes.add_files or changes.add_tombstones):
+            guard.validate(base, io)
+        return changes
+
+    return checked
 
 
 def _after_commit(ctx: TableContext, snapshot: Snapshot) -> None:
@@ -132,7 +155,10 @@ def run_operation(ctx: TableContext, operation: str,
     What the commit did comes from the summary of the manifest that landed, so
     the report is right even when an earlier attempt's late-landing pointer
     write is the one that won."""
-    outcome = commit_with_retry(ctx.io, prepare, requirements=requirements,
+    at = started.get(STARTED_AT_MS)
+    guard = UploadsNotCollected(at, operation) if at is not None else None
+    outcome = commit_with_retry(ctx.io, _guarded(prepare, ctx.io, guard),
+                                requirements=requirements,
                                 policy=ctx.commit_policy, now_ms=ctx.now_ms,
                                 commit_id=commit_id, pointer_key=ctx.pointer_key)
     ctx._set_snapshot(outcome.snapshot)

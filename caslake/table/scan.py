@@ -57,14 +57,14 @@ from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.table.footers import FooterCache
 from caslake.table.interop import ArrowExport
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.pools import METADATA_THREADS, fetch_all, shared_pool
+from caslake.table.pools import METADATA_THREADS, fetch_all, shared_pool, threads
 from caslake.table.segments import MightMatch
 
 POSITION = "__pos"
 SLICE_RUN_ROWS = 4096  # mean surviving run length above which deletes are sliced out
 _LOCAL_FS = pafs.LocalFileSystem()
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
-PREFETCH_UNITS = 4
+MIN_UNIT_BYTES = 4 * 1024 * 1024  # below this, a unit's fixed cost outweighs the parallelism
 FOOTER_WINDOW = 16  # footers fetched ahead of a streaming scan
 
 
@@ -377,13 +377,18 @@ class Scan(ArrowExport):
                               row_groups_deleted=counts[2])
         return self._plan
 
+    @property
+    def _streams(self) -> bool:
+        """An unfiltered scan of a whole snapshot streams its entries block by block."""
+        return isinstance(self.source, Snapshot) and self._bound is None
+
     def _stream_files(self) -> tuple[Iterator[tuple[DataFile, DeletionMask | None]],
                                      Mapping[str, frozenset[int]]]:
         """The files to read, in order, each with its deletion mask.  An unfiltered
         scan of a snapshot streams them segment block by block (masks loaded per
         file), so its first batch does not wait for every entry to be decoded."""
         src = self.source
-        if self._plan is None and isinstance(src, Snapshot) and self._bound is None:
+        if self._plan is None and isinstance(src, Snapshot) and self._streams:
             refs = src.manifest.tombstones
             named = {p for r in refs for p in r.files}
             schema = self.table_schema
@@ -438,13 +443,25 @@ class Scan(ArrowExport):
     # --- execution -------------------------------------------------------------
 
     def _units(self) -> Iterator[tuple[FileTask, list[int]]]:
-        for t in self._tasks():
+        """Work units: runs of a file's row groups, each at most ``UNIT_BYTES`` of
+        column chunks, and small enough that there are about two units per scan
+        thread (so every core decodes), but not below ``MIN_UNIT_BYTES``.  An
+        unfiltered scan of a snapshot streams its tasks (footers fetched as it
+        goes), sizing units by the snapshot's stored bytes instead of the plan's."""
+        tasks: Iterable[FileTask]
+        if self._plan is None and self._streams:
+            tasks, total = self._tasks(), self.snapshot.manifest.totals.bytes
+        else:
+            tasks = self.plan().tasks
+            total = sum(t.bytes_to_read for t in tasks)
+        limit = min(UNIT_BYTES, max(MIN_UNIT_BYTES, total // (2 * threads())))
+        for t in tasks:
             col_idx = t.column_indexes
             group: list[int] = []
             size = 0
             for rg in t.row_groups:
                 rg_bytes = t.footer.chunk_bytes([rg], col_idx)
-                if group and size + rg_bytes > UNIT_BYTES:
+                if group and size + rg_bytes > limit:
                     yield t, group
                     group, size = [], 0
                 group.append(rg)
@@ -509,15 +526,32 @@ class Scan(ArrowExport):
         if table.num_rows != sum(n for _, _, n in spans):
             raise CorruptMetadata(task.file.path, f"decoded {table.num_rows} rows where the "
                                   f"footer promises {sum(n for _, _, n in spans)}")
-        if with_positions:
+        return self._finish(table, task.mask, spans, with_positions)
+
+    def _finish(self, table: pa.Table, mask: DeletionMask | None,
+                spans: list[tuple[int, int, int]], with_positions: bool) -> pa.Table:
+        """Drop deleted rows, filter, project: ``table`` holds every row of ``spans``.
+
+        A simple predicate (columns against literals: it cannot fail on any
+        value) runs first, so the mask is applied, by position, to the few rows
+        it keeps rather than to every decoded row; a computed one runs after the
+        mask, so it never sees a deleted row."""
+        early = mask is not None and self._bound is not None and not is_computed(self._bound)
+        if with_positions or early:
             table = table.append_column(POSITION, pa.array(np.concatenate(
                 [np.arange(start, start + n, dtype=np.int64) for _, start, n in spans]),
                 pa.int64()))
-        keep = task.mask.keep_mask(spans, table) if task.mask is not None else None
-        if keep is not None:
-            table = drop_deleted(table, keep)
+        if mask is not None and not early:
+            keep = mask.keep_mask(spans, table)
+            if keep is not None:
+                table = drop_deleted(table, keep)
         if self._bound is not None:
             table = filter_table(table, self._bound)
+        if mask is not None and early:
+            positions = np.asarray(table.column(POSITION).to_numpy(), dtype=np.int64)
+            keep = mask.keep_at(positions, spans, table)
+            if keep is not None:
+                table = table.filter(pa.array(keep, pa.bool_()))
         return table.select([*self.columns, POSITION] if with_positions else self.columns)
 
     def matching_rows(self) -> Iterator[tuple[FileTask, pa.Table]]:
@@ -537,10 +571,12 @@ class Scan(ArrowExport):
         window: deque[Future[pa.Table]] = deque()
         pending = itertools.chain(first, units)
         # Units never wait on other units, so one process-wide pool cannot deadlock.
-        pool = shared_pool("scan", PREFETCH_UNITS * 2)
+        n = threads()
+        pool = shared_pool("scan", n)
+        ahead = n + 1  # units decoded or queued ahead of the consumer (memory bound)
         try:
             def refill() -> None:
-                while len(window) < PREFETCH_UNITS:
+                while len(window) < ahead:
                     nxt = next(pending, None)
                     if nxt is None:
                         return

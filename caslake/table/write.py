@@ -2,10 +2,12 @@
 
 Owns: streaming a RecordBatchReader into zstd Parquet files
 of a target size with row groups of a target size, uploading each finished
-file create-only, and taking each file's statistics from the writer's own
-metadata (the file is never read back).  Each batch is conformed to the table
-schema first (:mod:`caslake.table.coerce`).
-Memory is bounded by one file buffer plus one row group of pending rows.
+file create-only, and taking each file's statistics from its footer (the
+data is never read back).  Row groups are encoded in parallel (one pyarrow
+writer each, on the encode pool) and assembled into the file in order.  Each
+batch is conformed to the table schema first (:mod:`caslake.table.coerce`).
+Memory is bounded by one row group of pending rows plus the groups in flight
+(``threads() + 1``, raw and encoded); the file itself is staged on disk.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +30,7 @@ from caslake.format.manifest import DataFile
 from caslake.format.parquet import (
     TRAILER_SIZE,
     WRITE_PAGE_CHECKSUMS,
+    ParquetConcat,
     file_stats,
     footer_crc32,
     footer_size_from_trailer,
@@ -34,6 +39,7 @@ from caslake.format.schema import TableSchema
 from caslake.store.base import ObjectStore, PutMode
 from caslake.table.arrow_input import as_reader
 from caslake.table.coerce import SchemaConformer
+from caslake.table.pools import shared_pool, threads
 
 __all__ = ["SchemaConformer", "WriteOptions", "as_reader", "write_data_files"]
 
@@ -75,44 +81,51 @@ def _take_rows(pending: list[pa.RecordBatch], n: int) -> tuple[pa.Table, list[pa
     return pa.Table.from_batches(taken, schema=pending[0].schema), rest
 
 
-class _FileBuilder:
-    """One Parquet file being written to a local staging file (bounded memory)."""
+def _encode_group(table: pa.Table, schema: pa.Schema, options: WriteOptions) -> pa.Buffer:
+    """One row group, encoded on its own as a complete one-group Parquet file
+    (statistics and page CRCs included).  Runs on the encode pool: pyarrow
+    releases the GIL while it encodes and compresses."""
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, compression=options.compression,
+                          compression_level=options.level(), write_statistics=True,
+                          **WRITE_PAGE_CHECKSUMS) as writer:
+        writer.write_table(table, row_group_size=max(1, table.num_rows))
+    return sink.getvalue()
 
-    def __init__(self, schema: pa.Schema, options: WriteOptions, staging_dir: str | None) -> None:
+
+class _FileBuilder:
+    """One Parquet file being assembled in a local staging file (bounded memory)
+    from row groups encoded separately (:func:`_encode_group`): each group's
+    pages are copied verbatim, so their statistics and CRC-32s stay, and only
+    their offsets in the footer move (:func:`caslake.format.parquet.concat_row_groups`)."""
+
+    def __init__(self, staging_dir: str | None) -> None:
         fd, self.path = tempfile.mkstemp(suffix=".parquet.tmp", dir=staging_dir)
-        os.close(fd)
-        self.sink = pa.OSFile(self.path, "wb")
-        self.writer = pq.ParquetWriter(self.sink, schema, compression=options.compression,
-                                       compression_level=options.level(),
-                                       write_statistics=True, **WRITE_PAGE_CHECKSUMS)
+        self.sink = os.fdopen(fd, "wb")
+        self.concat = ParquetConcat()
+        self.sink.write(self.concat.head())
         self.rows = 0
 
-    def write(self, table: pa.Table) -> int:
-        """Write one row group; return the bytes it added to the file."""
-        before = self.sink.tell()
-        self.writer.write_table(table, row_group_size=max(1, table.num_rows))
-        self.rows += table.num_rows
-        return int(self.sink.tell() - before)
+    def add(self, encoded: pa.Buffer, rows: int) -> int:
+        """Append one encoded group; return the bytes it added to the file."""
+        pages = self.concat.add(encoded, self.sink.tell(), path=self.path)
+        self.sink.write(pages)
+        self.rows += rows
+        return len(pages)
 
     def size(self) -> int:
         return int(self.sink.tell())
 
     def finish(self) -> tuple[int, int, int, pq.FileMetaData]:
         """Close the file; return its size, footer size, footer CRC-32 and metadata."""
-        self.writer.close()
+        tail = self.concat.tail()
+        self.sink.write(tail)
+        size = self.sink.tell()
         self.sink.close()
-        with open(self.path, "rb") as f:
-            f.seek(-TRAILER_SIZE, os.SEEK_END)
-            trailer = f.read(TRAILER_SIZE)
-            size = f.tell()
-            footer_size = footer_size_from_trailer(trailer, path=self.path)
-            f.seek(size - footer_size)
-            footer_crc = footer_crc32(f.read(footer_size))
-        return size, footer_size, footer_crc, self.writer.writer.metadata
+        footer_size = footer_size_from_trailer(tail[-TRAILER_SIZE:], path=self.path)
+        return size, footer_size, footer_crc32(tail), pq.read_metadata(pa.BufferReader(tail))
 
     def discard(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
         with contextlib.suppress(Exception):
             self.sink.close()
         with contextlib.suppress(FileNotFoundError):
@@ -159,16 +172,31 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
                             row_group_count=md.num_row_groups, footer_size=footer_size,
                             footer_crc32=footer_crc, stats=stats))
 
-    def write_group(table: pa.Table) -> None:
+    def add_group(encoded: pa.Buffer, rows: int) -> None:
         nonlocal builder, rows_per_group
         if builder is None:
-            builder = _FileBuilder(arrow_schema, options, staging)
-        written = builder.write(table)
+            builder = _FileBuilder(staging)
+        written = builder.add(encoded, rows)
         # Size row groups by their *compressed* bytes, learnt from what was written.
-        per_row = max(written / table.num_rows, 1e-3)
+        per_row = max(written / rows, 1e-3)
         rows_per_group = max(1, int(options.row_group_size / per_row))
         if builder.size() >= options.target_file_size:
             flush_file()
+
+    # Row groups are encoded in parallel on the encode pool and added to the
+    # file in order; at most ``threads() + 1`` are in flight (memory bound).
+    pool = shared_pool("encode", threads())
+    inflight: deque[tuple[Future[pa.Buffer], int]] = deque()
+
+    def drain(limit: int) -> None:
+        while len(inflight) > limit:
+            future, rows = inflight.popleft()
+            add_group(future.result(), rows)
+
+    def write_group(table: pa.Table) -> None:
+        inflight.append((pool.submit(_encode_group, table, arrow_schema, options),
+                         table.num_rows))
+        drain(threads())
 
     try:
         batches: Iterator[pa.RecordBatch] = iter(reader if reader is not None else data)
@@ -191,8 +219,11 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
         if pending_rows:
             group, pending = _take_rows(pending, pending_rows)
             write_group(group)
+        drain(0)
         flush_file()
     finally:
+        for future, _ in inflight:
+            future.cancel()
         if builder is not None:
             builder.discard()
     return out

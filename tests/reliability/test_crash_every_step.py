@@ -50,6 +50,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import caslake
@@ -61,7 +62,7 @@ from caslake.errors import (
     RefNotFound,
     TableNotFound,
 )
-from caslake.format.keys import MANIFEST_PREFIX, SEGMENT_PREFIX, data_file_key
+from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, data_file_key
 from caslake.format.refs import HOLD_PREFIX
 from caslake.maintenance.verify import verify_table
 from caslake.store import ObjectStore, open_store
@@ -426,34 +427,112 @@ def check_after_gc(uri: str, where: str) -> str:
     return state
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_gc_fault_at_every_store_call(tables: Tables, mode: str) -> None:
-    uri, _ = prepare_gc(tables)
-    t, store = faulty_table(uri)
+def run_faulted(run: Callable[[Table], None], t: Table, mode: str, where: str) -> str:
+    """Run a maintenance operation whose fault is armed; its outcome's name."""
+    try:
+        run(t)
+        return "ok"
+    except SimulatedCrash:
+        assert mode == "crash", where
+        return "crash"
+    except CaslakeError as e:
+        assert mode != "crash", where
+        return type(e).__name__
+
+
+def fault_every_call(name: str, kind: str, mode: str, setup: Callable[[], str],
+                     run: Callable[[Table], None], check: Callable[[str, str], str],
+                     min_calls: int) -> None:
+    """Count the store calls of ``run`` on a table ``setup`` makes, then fault each one
+    on a fresh table and ``check(uri, where)`` what is left ("old", "new", ...)."""
+    t, store = faulty_table(setup())
     start = store.calls
-    _gc(t)
+    run(t)
     n = store.calls - start
-    assert n >= 5, f"gc made only {n} store calls"
+    assert n >= min_calls, f"{name} made only {n} store calls"
     outcomes: dict[str, int] = {}
     for i in range(1, n + 1):
-        uri, _ = prepare_gc(tables)
+        uri = setup()
         t, store = faulty_table(uri)
-        where = f"gc/{tables.kind}/{mode} at call {i} of {n}"
+        where = f"{name}/{kind}/{mode} at call {i} of {n}"
         fault = fault_at(mode, i)
         store.faults.append(fault)
-        try:
-            _gc(t)
-            outcome = "ok"
-        except SimulatedCrash:
-            assert mode == "crash", where
-            outcome = "crash"
-        except CaslakeError as e:
-            assert mode != "crash", where
-            outcome = type(e).__name__
+        outcome = run_faulted(run, t, mode, where)
         assert fault.fired >= 1, f"{where}: the fault did not fire"
-        label = f"{outcome}->{check_after_gc(uri, where)}"
+        label = f"{outcome}->{check(uri, where)}"
         outcomes[label] = outcomes.get(label, 0) + 1
-    print(f"\ngc [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+    print(f"\n{name} [{kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gc_fault_at_every_store_call(tables: Tables, mode: str) -> None:
+    fault_every_call("gc", tables.kind, mode, lambda: prepare_gc(tables)[0], _gc,
+                     check_after_gc, 5)
+
+
+# --- purge(expire=True) ----------------------------------------------------------------
+
+ERASE = "id BETWEEN 500 AND 520 OR id BETWEEN 2500 AND 2510 OR id = 15"
+
+
+def _erase(t: Table) -> None:
+    t.store.min_part_size = 512  # real splices on these small files
+    t.purge(ERASE, expire=True)
+
+
+def _erased(rs: list[Row]) -> list[Row]:
+    return [r for r in rs if not (500 <= r[0] <= 520 or 2500 <= r[0] <= 2510)]
+
+
+def matching_data_objects(store: ObjectStore) -> list[str]:
+    """Data objects holding a row the erasure matches (decoded, not trusted)."""
+    out = []
+    for meta in store.list(DATA_PREFIX):
+        data = store.get(meta.key).data
+        try:
+            ids = pq.read_table(pa.BufferReader(data), columns=["id"]).column("id").to_pylist()
+        except pa.ArrowInvalid:
+            continue  # the orphan's bytes are not Parquet (and hold no row)
+        if any(500 <= i <= 520 or 2500 <= i <= 2510 or i == 15 for i in ids):
+            out.append(meta.key)
+    return out
+
+
+def check_after_erase(uri: str, model: list[list[Row]], where: str) -> str:
+    """After a faulted purge(expire=True): the old version, the purge, or the purge and
+    its expiry marker; rows old or erased; verify ok.  Running it again on a healthy
+    store finishes the erasure: no data object holds a matching row and only the
+    referenced objects remain."""
+    store = open_store(uri)
+    t = caslake.open_table(uri)
+    old = len(model) - 1
+    assert t.version in (old, old + 1, old + 2), where
+    state = ["old", "purged", "expired"][t.version - old]
+    assert same_rows(t, model[-1] if state == "old" else _erased(model[-1])), where
+    report = verify_table(store, deep=True, all_versions=True)
+    assert report.ok, f"{where}: verify found {report.problems}"
+    again = caslake.open_table(uri)
+    again.commit_policy = FAST
+    _erase(again)
+    assert same_rows(caslake.open_table(uri), _erased(model[-1])), where
+    assert matching_data_objects(store) == [], f"{where}: erased rows survive"
+    refs, _ = referenced_keys(store)
+    assert list_keys(store) == refs, f"{where}: objects left behind"
+    return state
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_purge_expire_fault_at_every_store_call(tables: Tables, mode: str) -> None:
+    models: dict[str, list[list[Row]]] = {}
+
+    def setup() -> str:
+        uri, model, _, _ = prepare(tables)
+        open_store(uri).put(data_file_key(), b"orphan", mode=PutMode.CREATE)
+        models[uri] = model
+        return uri
+
+    fault_every_call("purge-expire", tables.kind, mode, setup, _erase,
+                     lambda uri, where: check_after_erase(uri, models[uri], where), 10)
 
 
 # --- refs: branch, tag, fast-forward, drop -------------------------------------------

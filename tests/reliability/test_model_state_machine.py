@@ -428,9 +428,10 @@ class TableMachine(RuleBasedStateMachine):
     @rule(pred=st.sampled_from(PREDICATES))
     def purge(self, pred: Pred) -> None:
         """Physical erasure: the live rows matching go; a version is made whenever any
-        stored row (live or already deleted) matches.  Once gc has expired the versions
-        before it, no object on storage holds a matching row (every data object is
-        decoded, the manifests are not trusted)."""
+        stored row (live or already deleted) matches.  Then ``purge(expire=True)``
+        expires the versions before it: no object on storage holds a matching row
+        (every data object is decoded, the manifests are not trusted) and only the
+        referenced objects remain."""
         def run(t: Table) -> CommitResult:
             if self.options is None:  # S3 enforces its 5 MiB; elsewhere splice tiny files
                 t.store.min_part_size = 64
@@ -456,11 +457,23 @@ class TableMachine(RuleBasedStateMachine):
         self._write("purge", run, effect)
         if len(self.model) <= version or raced:
             return  # no version (nothing stored matched, or a fault), or new rows raced in
-        self.gc()
+        # Erasure: purge again with expire (nothing live matches now; the versions
+        # before hold the rows), which expires them and deletes their objects at once.
+        head = len(self.model) - 1
+        report = self._fresh().purge(pred.sql, expire=True)
+        assert report.noop and report.expired_below == head, report
+        self.model.append(self.current)  # the expiry marker
+        self.markers.add(len(self.model) - 1)
+        self.oldest = head
+        assert self.observer.refresh().version == len(self.model) - 1
         for meta in self.plain.list(DATA_PREFIX):
             data = pq.read_table(io.BytesIO(self.plain.get(meta.key).data))
             assert not any(pred.holds(r) for r in table_rows(data)), (
-                f"{meta.key} still holds a row matching {pred.sql!r} after purge and gc")
+                f"{meta.key} still holds a row matching {pred.sql!r} after purge(expire)")
+        refs, _ = referenced_keys(self.plain)
+        assert list_keys(self.plain) == refs, "purge(expire) left unreferenced objects"
+        with pytest.raises(VersionNotFound):
+            self._fresh().scan(version=head - 1).to_arrow()
 
     @precondition(lambda self: self.armed is None and self.race is None)
     @rule()
@@ -469,10 +482,14 @@ class TableMachine(RuleBasedStateMachine):
         expires (a marker commit records it) and every unreferenced object goes."""
         keep = max(v for v in range(len(self.model)) if v not in self.markers)
         report = self._fresh().gc(now=datetime.now(UTC) + timedelta(days=30))
-        if keep > self.oldest:
+        # A marker version: the expiry (whenever it expires versions), or gc's fence
+        # alone (it collected objects written after the last fence).
+        assert report.head_version in (len(self.model) - 1, len(self.model))
+        assert keep <= self.oldest or report.head_version == len(self.model)
+        if report.head_version == len(self.model):
             self.model.append(self.current)
             self.markers.add(len(self.model) - 1)
-            self.oldest = keep
+            self.oldest = max(self.oldest, keep)
         assert (report.oldest_version, report.head_version) == (self.oldest, len(self.model) - 1)
         refs, _ = referenced_keys(self.plain)
         assert list_keys(self.plain) == refs, "gc left unreferenced objects"
@@ -715,8 +732,11 @@ class RefsMachine(RuleBasedStateMachine):
             return
 
         def reachable(b: str, v: int, cid: str) -> bool:
+            # Only versions gc has not expired on b (as read_version: the oldest one
+            # still readable is the table's own record) keep a tag's version alive.
             chain = self.chains[b]
-            return v < len(chain) and chain[v].commit_id == cid
+            oldest = self._handle(b).refresh().snapshot.manifest.oldest_version
+            return oldest <= v < len(chain) and chain[v].commit_id == cid
 
         held = [t for t, (b, v, rv) in self.tags.items() if b == name and not any(
             reachable(o, v, rv.commit_id) for o in self.chains if o != name)]

@@ -1,0 +1,211 @@
+"""Read- and append-path benchmark on TPC-H ``lineitem``: caslake against pyarrow on
+the very same data files, before and after deletes, at 1 and 2 cores, cold and warm.
+
+Run: ``PYTHONPATH=$PWD python -m benchmarks.scan_paths [--sf=0.1] [--cores=1,2]``.
+
+The data is the cached ``tpchgen-cli`` output of :mod:`benchmarks.tpch`.  The
+table is loaded once; the rows measured, each the median of 5 warm runs in this
+process, are:
+
+* **Q1 columns** and **Q6** (real predicate) on caslake, and ``pq.read_table``
+  of the table's own data files (same columns, same filter): the same bytes,
+  so the ratio is caslake's overhead;
+* the same two scans after **RF2** (the line items of ``SF * 1500`` orders
+  deleted) and after a further **1% scattered delete** (every row whose
+  ``l_suppkey <= SF * 100``, of ``SF * 10000`` suppliers), each divided by
+  the same scan before any delete (the goal is at most 1.15);
+* a **cold** first Q6 in a fresh process (imports done before the clock);
+* **append**: caslake's ``append`` against ``pq.write_table`` with the same
+  settings (zstd 3, page CRCs, statistics, same row-group size) and Lance.
+
+Every caslake answer is checked against DuckDB on the same Arrow data.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from benchmarks.tpch import (
+    Q1_COLUMNS,
+    Q6_COLUMNS,
+    Q6_SQL,
+    PyarrowSystem,
+    _plain_strings,
+    ensure_data,
+    refresh_sets,
+    revenue,
+)
+
+WARM = 5
+
+
+def median_time(fn: Callable[[], Any], n: int = WARM) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(n):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def set_cores(n: int) -> None:
+    """pyarrow's CPU pool and caslake's scan/encode pools to ``n`` threads."""
+    from caslake.table import pools
+
+    pa.set_cpu_count(n)
+    if hasattr(pools, "set_threads"):  # absent before the read-path work
+        pools.set_threads(n)
+
+
+def duck(data: pa.Table, sql: str) -> Any:
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("t", data)
+    row = con.execute(sql).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def cold_q6(root: Path, version: int) -> float:
+    code = ("import time, caslake, pyarrow; from benchmarks.scan_paths import Q6_COLUMNS, "
+            "Q6_SQL; t0 = time.perf_counter(); "
+            f"caslake.open_table({str(root)!r}).scan(columns=Q6_COLUMNS, where=Q6_SQL, "
+            f"version={version})"
+            f".to_arrow(); print(time.perf_counter() - t0)")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True)
+    return float(res.stdout.strip().splitlines()[-1])
+
+
+def main(sf: float, cores: list[int], append: bool) -> int:
+    import caslake
+
+    src = ensure_data(sf)
+    data = _plain_strings(pq.read_table(src / "lineitem.parquet"))
+    orders = pq.read_table(src / "orders.parquet", columns=["o_orderkey"])
+    _, rf2_keys = refresh_sets(data, orders, sf)
+    scatter_sql = f"l_suppkey <= {max(1, round(sf * 100))}"
+    rf2_sql = f"l_orderkey IN ({', '.join(str(k) for k in rf2_keys)})"
+    q6_want = Decimal(duck(data, "SELECT coalesce(sum(l_extendedprice * l_discount), 0) "
+                                 f"FROM t WHERE {Q6_SQL}"))
+    deleted_after = {"after RF2": f"({rf2_sql})",
+                     "after RF2 + 1% scattered": f"(({rf2_sql}) OR {scatter_sql})"}
+    want6 = {"before deletes": q6_want}
+    for stage, deleted in deleted_after.items():
+        want6[stage] = Decimal(duck(data, "SELECT coalesce(sum(l_extendedprice * "
+                                    f"l_discount), 0) FROM t WHERE {Q6_SQL} AND NOT "
+                                    f"{deleted}"))
+    root = Path(tempfile.mkdtemp(prefix="caslake-scanpaths-"))
+    failures: list[str] = []
+    try:
+        table_dir = root / "t"
+        t0 = time.perf_counter()
+        tbl = caslake.create_table(str(table_dir), data.schema)
+        tbl.append(data)
+        load_s = time.perf_counter() - t0
+        files = [str(table_dir / task.file.path) for task in tbl.scan().plan().tasks]
+        versions = {"before deletes": tbl.version}
+        versions["after RF2"] = tbl.delete(rf2_sql).version
+        versions["after RF2 + 1% scattered"] = tbl.delete(scatter_sql).version
+        pyarrow_sys = PyarrowSystem(table_dir)
+        pyarrow_sys.files = lambda: files  # type: ignore[method-assign]
+
+        def ours(columns: list[str], where: str | None, version: int) -> pa.Table:
+            return caslake.open_table(str(table_dir)).scan(
+                columns=columns, where=where, version=version).to_arrow()
+
+        rows: list[tuple[str, str, float, float, float]] = []
+        for n in cores:
+            set_cores(n)
+            for label, columns, where in (("Q1 columns", Q1_COLUMNS, None),
+                                          ("Q6", Q6_COLUMNS, Q6_SQL)):
+                runs: dict[str, list[float]] = {}
+                fns: dict[str, Callable[[], pa.Table]] = {
+                    "pq.read_table same files": (lambda: pyarrow_sys.scan(Q1_COLUMNS))
+                    if where is None else pyarrow_sys.q6}
+                for stage, v in versions.items():
+                    fns[stage] = (lambda v=v, c=columns, w=where: ours(c, w, v))
+                for _ in range(WARM):  # interleaved, so load changes hit every row alike
+                    for what, fn in fns.items():
+                        t0 = time.perf_counter()
+                        out = fn()
+                        runs.setdefault(what, []).append(time.perf_counter() - t0)
+                        if label == "Q6" and what in want6 and revenue(out) != want6[what]:
+                            failures.append(f"{what} Q6 at {n} cores: {revenue(out)} != "
+                                            f"{want6[what]}")
+                med = {w: statistics.median(ts) for w, ts in runs.items()}
+                for what, s in med.items():
+                    rows.append((f"{label}, {n} core(s)", what, s, s / med["before deletes"],
+                                 s / med["pq.read_table same files"]))
+        set_cores(max(cores))
+        for stage, v in versions.items():
+            colds = [cold_q6(table_dir, v) for _ in range(3)]
+            rows.append(("Q6 cold (fresh process, median of 3)", stage,
+                         statistics.median(colds), float("nan"), float("nan")))
+        print(f"\n### scan paths, TPC-H SF{sf:g} lineitem ({data.num_rows:,} rows), "
+              f"seconds (median of {WARM} warm, interleaved); load {load_s:.2f} s\n")
+        print("| scan | what | seconds | / caslake before deletes | / pyarrow same files |")
+        print("|---|---|---:|---:|---:|")
+        for scan, what, s, rb, rp in rows:
+            print(f"| {scan} | {what} | {s:.3f} | {rb:.2f} | {rp:.2f} |")
+        if append:
+            bench_append(data, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if failures:
+        print("\nWRONG ANSWERS:\n" + "\n".join(failures))
+        return 1
+    print("- every Q6 revenue equals DuckDB's")
+    return 0
+
+
+def bench_append(data: pa.Table, root: Path) -> None:
+    import caslake
+    from caslake.format.parquet import WRITE_PAGE_CHECKSUMS
+    from caslake.table.write import ZSTD_DEFAULT_LEVEL
+
+    n = [0]
+
+    def ours() -> None:
+        n[0] += 1
+        caslake.create_table(str(root / f"a{n[0]}"), data.schema).append(data)
+
+    def raw() -> None:
+        n[0] += 1
+        pq.write_table(data, root / f"p{n[0]}.parquet", compression="zstd",
+                       compression_level=ZSTD_DEFAULT_LEVEL, write_statistics=True,
+                       row_group_size=1 << 20, **WRITE_PAGE_CHECKSUMS)
+
+    def lance_() -> None:
+        import lance
+
+        n[0] += 1
+        lance.write_dataset(data, str(root / f"l{n[0]}"))
+
+    print("\n| append | seconds (median of 3) |\n|---|---:|")
+    for name, fn in (("caslake", ours), ("pq.write_table", raw), ("lance", lance_)):
+        s, _ = median_time(fn, 3)
+        print(f"| {name} | {s:.3f} |")
+
+
+if __name__ == "__main__":
+    args = dict(a.lstrip("-").split("=", 1) if "=" in a else (a.lstrip("-"), "1")
+                for a in sys.argv[1:])
+    sys.exit(main(float(args.get("sf", "0.1")),
+                  [int(c) for c in args.get("cores", "1,2").split(",")],
+                  "append" in args))
