@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from caslake.errors import InvalidArgument, SchemaMismatch
 from caslake.store.base import ObjectStore, PutMode
+from caslake.table.write import split_batches
 
 MiB = 1024 * 1024
 #: Arrow bytes of pending rows that close a row group when ``row_group_size`` is not set.
@@ -126,24 +127,6 @@ class _PartBuilder:
             os.unlink(self.path)
 
 
-def _take(pending: list[pa.RecordBatch], n: int) -> tuple[list[pa.RecordBatch],
-                                                            list[pa.RecordBatch]]:
-    taken: list[pa.RecordBatch] = []
-    rest: list[pa.RecordBatch] = []
-    need = n
-    for b in pending:
-        if need <= 0:
-            rest.append(b)
-        elif b.num_rows <= need:
-            taken.append(b)
-            need -= b.num_rows
-        else:
-            taken.append(b.slice(0, need))
-            rest.append(b.slice(need))
-            need = 0
-    return taken, rest
-
-
 def write_parts(store: ObjectStore, dataset_key: str, generation: str, schema: pa.Schema,
                 batches: Iterator[pa.RecordBatch], layout: PartLayout,
                 uploaded: list[str]) -> list[WrittenPart]:
@@ -210,7 +193,7 @@ def write_parts(store: ObjectStore, dataset_key: str, generation: str, schema: p
                 by_bytes = layout.row_group_size is None and pending_bytes >= ROW_GROUP_BYTES
                 if pending_rows < limit and not by_bytes:
                     break
-                group, pending = _take(pending, min(limit, pending_rows))
+                group, pending = split_batches(pending, min(limit, pending_rows))
                 taken = sum(b.num_rows for b in group)
                 pending_rows -= taken
                 pending_bytes = sum(b.nbytes for b in pending)
@@ -218,7 +201,7 @@ def write_parts(store: ObjectStore, dataset_key: str, generation: str, schema: p
         while pending_rows:
             room = room_in_part()
             limit = group_rows if room is None else min(group_rows, room)
-            group, pending = _take(pending, min(limit, pending_rows))
+            group, pending = split_batches(pending, min(limit, pending_rows))
             pending_rows -= sum(b.num_rows for b in group)
             write_group(group)
         if current is None and held is None:

@@ -64,7 +64,9 @@ class WriteOptions:
             raise InvalidArgument("target_file_size and row_group_size must be positive")
 
 
-def _take_rows(pending: list[pa.RecordBatch], n: int) -> tuple[pa.Table, list[pa.RecordBatch]]:
+def split_batches(pending: list[pa.RecordBatch], n: int
+                  ) -> tuple[list[pa.RecordBatch], list[pa.RecordBatch]]:
+    """The first ``n`` rows of ``pending`` and the rest, slicing one batch if needed."""
     taken: list[pa.RecordBatch] = []
     rest: list[pa.RecordBatch] = []
     need = n
@@ -78,6 +80,11 @@ def _take_rows(pending: list[pa.RecordBatch], n: int) -> tuple[pa.Table, list[pa
             taken.append(b.slice(0, need))
             rest.append(b.slice(need))
             need = 0
+    return taken, rest
+
+
+def _take_rows(pending: list[pa.RecordBatch], n: int) -> tuple[pa.Table, list[pa.RecordBatch]]:
+    taken, rest = split_batches(pending, n)
     return pa.Table.from_batches(taken, schema=pending[0].schema), rest
 
 

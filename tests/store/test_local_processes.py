@@ -6,8 +6,6 @@ tests use separate processes, as independent writers on one machine would.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import sys
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
@@ -15,18 +13,12 @@ import pytest
 
 from caslake.errors import AlreadyExists, PreconditionFailed
 from caslake.store import IfMatch, LocalStore, PutMode
+from tests.store import procs
 
 pytestmark = pytest.mark.slow
 
 PROCESSES = 8
 INCREMENTS = 25
-
-
-def _context() -> mp.context.BaseContext:
-    # Not fork: by the time this test runs, the pytest process has threads (Spark's
-    # py4j gateway, scan pools, tqdm's monitor) and a forked child can inherit one of
-    # their locks held, then hang for ever.  forkserver forks from a clean process.
-    return mp.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
 
 
 def _create_worker(root: str, key: str, ident: int, barrier: Barrier) -> str:
@@ -58,10 +50,10 @@ def _increment_worker(root: str, key: str, times: int, barrier: Barrier) -> tupl
 
 def test_processes_creating_one_key_have_exactly_one_winner(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
-    ctx = _context()
+    ctx = procs.context()
     for round_no in range(3):
         key = f"_log/{round_no:020d}.json"
-        with ctx.Manager() as manager, ctx.Pool(PROCESSES) as pool:
+        with ctx.Manager() as manager, procs.pool(ctx, PROCESSES) as pool:
             barrier = manager.Barrier(PROCESSES)
             results = pool.starmap(_create_worker,
                                    [(root, key, i, barrier) for i in range(PROCESSES)])
@@ -74,8 +66,8 @@ def test_processes_incrementing_with_cas_lose_no_update(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
     store = LocalStore(root)
     store.put("counter", b"0", mode=PutMode.CREATE)
-    ctx = _context()
-    with ctx.Manager() as manager, ctx.Pool(PROCESSES) as pool:
+    ctx = procs.context()
+    with ctx.Manager() as manager, procs.pool(ctx, PROCESSES) as pool:
         barrier = manager.Barrier(PROCESSES)
         results = pool.starmap(_increment_worker,
                                [(root, "counter", INCREMENTS, barrier) for _ in range(PROCESSES)])

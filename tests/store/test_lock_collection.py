@@ -9,9 +9,7 @@ loop: no update may be lost."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import sys
 from datetime import timedelta
 from multiprocessing.synchronize import Barrier, Event
 from pathlib import Path
@@ -22,17 +20,12 @@ import pytest
 import caslake
 from caslake.errors import PreconditionFailed
 from caslake.store import IfMatch, LocalStore, PutMode
+from tests.store import procs
 
 pytestmark = pytest.mark.slow
 
 PROCESSES = 4
 INCREMENTS = 60
-
-
-def _ctx() -> mp.context.BaseContext:
-    # Not fork: the pytest process may hold threads (Spark, scan pools) whose locks a
-    # forked child would inherit held; forkserver forks from a clean process.
-    return mp.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
 
 
 def _increment(root: str, key: str, barrier: Barrier) -> int:
@@ -62,8 +55,8 @@ def test_collecting_locks_during_concurrent_cas_loses_no_update(tmp_path: Path) 
     root = str(tmp_path / "store")
     store = LocalStore(root)
     store.put("counter", b"0", mode=PutMode.CREATE)
-    ctx = _ctx()
-    with ctx.Manager() as manager, ctx.Pool(PROCESSES + 1) as pool:
+    ctx = procs.context()
+    with ctx.Manager() as manager, procs.pool(ctx, PROCESSES + 1) as pool:
         barrier = manager.Barrier(PROCESSES + 1)
         stop = manager.Event()
         collector = pool.apply_async(_collect, (root, barrier, stop))

@@ -1,4 +1,5 @@
-"""Run as a separate process: N appends of 10 rows tagged with this writer's id."""
+"""Run as a separate process: N appends of 10 rows tagged with this writer's id, to
+the table's main branch or to the branch named by an optional fifth argument."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ def main() -> None:
     uri, opts_json, writer, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     opts = json.loads(opts_json) or None
     t = caslake.open_table(uri, storage_options=opts)
+    if len(sys.argv) > 5:
+        t = t.branch(sys.argv[5])
     t.commit_policy = CommitPolicy(max_attempts=500, base_backoff_s=0.002, max_backoff_s=0.1)
     versions = []
     for i in range(count):

@@ -13,7 +13,7 @@ import pytest
 
 import caslake
 
-WORKER = Path(__file__).with_name("branch_worker.py")
+WORKER = Path(__file__).with_name("append_worker.py")
 SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.string())])
 
 
@@ -26,8 +26,8 @@ def test_eight_processes_on_two_branches_keep_linear_histories(s3_uri, s3_option
     t.create_branch("audit")  # forks at v1
     branch_of = {w: ("main" if w % 2 == 0 else "audit") for w in range(writers)}
     procs = {w: subprocess.Popen(
-        [sys.executable, str(WORKER), s3_uri, json.dumps(s3_options), branch_of[w], str(w),
-         str(per_writer)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [sys.executable, str(WORKER), s3_uri, json.dumps(s3_options), str(w), str(per_writer),
+         branch_of[w]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for w in range(writers)}
     acked: dict[str, list[int]] = {"main": [], "audit": []}
     for w, p in procs.items():
