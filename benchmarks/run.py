@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import core, deletes, purge, scan_paths, tpch
+from benchmarks import core, deletes, metadata, purge, scan_paths, tpch
 from benchmarks import dataset as dataset_bench
 from benchmarks import export as export_bench
 from benchmarks import spark as spark_bench
@@ -14,6 +14,7 @@ def main() -> int:
     quick = "--quick" in sys.argv
     core.main(quick=quick)
     deletes.main(quick=quick)
+    metadata.main(quick=quick)
     purge.main(quick=quick)
     export_bench.main(quick=quick)
     dataset_bench.main(quick=quick)

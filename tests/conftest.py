@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -99,3 +100,23 @@ def open_test_store(request: pytest.FixtureRequest,
 def any_store(store_kind: str, open_test_store: Callable[[str], ObjectStore]) -> ObjectStore:
     """A fresh, empty store, once per backend."""
     return open_test_store(store_kind)
+
+
+@contextlib.contextmanager
+def segment_thresholds(inline: int = 2, fanout: int = 2, block: int = 2) -> Iterator[None]:
+    """Lower the segment folding thresholds (docs/format.md, "Segments") so a table
+    of a few files already has several segment objects of several blocks."""
+    from caslake.format import segment
+    from caslake.table import changes
+    saved = changes.INLINE_LIMIT, changes.FANOUT, segment.BLOCK_FILES
+    changes.INLINE_LIMIT, changes.FANOUT, segment.BLOCK_FILES = inline, fanout, block
+    try:
+        yield
+    finally:
+        changes.INLINE_LIMIT, changes.FANOUT, segment.BLOCK_FILES = saved
+
+
+@pytest.fixture
+def small_segments() -> Iterator[None]:
+    with segment_thresholds():
+        yield

@@ -11,10 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from caslake.errors import InvalidArgument
-from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, POINTER_KEY, TOMBSTONE_PREFIX
+from caslake.format.keys import (
+    DATA_PREFIX,
+    MANIFEST_PREFIX,
+    POINTER_KEY,
+    SEGMENT_PREFIX,
+    TOMBSTONE_PREFIX,
+)
 from caslake.store.base import ObjectStore, PutMode
 
-_CASLAKE_KEYS = (DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX)
+_CASLAKE_KEYS = (DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TOMBSTONE_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from typing import Protocol
 
 from pyroaring import BitMap
 
-from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.store.base import ObjectStore
 from caslake.table.deletion_mask import TombstoneCache, load_masks
@@ -35,10 +34,11 @@ class TableHandle(Protocol):
 
 @dataclass(frozen=True)
 class FileGroup:
-    """The entries of one caslake segment (``segment`` is the earlier manifest's
-    key) or, with ``segment`` None, the snapshot's own inline list, in stored
-    order, with the ones this version removed; a segment never changes, so
-    slices of ``entries`` are stable across versions."""
+    """The entries of one caslake segment (``segment`` is its key: a segment
+    object or, format 1, an earlier manifest) or, with ``segment`` None, the
+    snapshot's own inline list, in stored order, with the ones this version
+    removed; a segment never changes, so slices of ``entries`` are stable across
+    versions."""
 
     segment: str | None
     entries: tuple[DataFile, ...]
@@ -112,12 +112,11 @@ def load_source(table: TableHandle, version: int | None) -> ExportSource:
     snap = head if version is None else table.io.at_version(head, version)
     m = snap.manifest
     groups = []
-    for ref, seg in zip(m.segments, table.io.load_manifests(s.manifest for s in m.segments),
-                        strict=True):
-        if seg.version != ref.version or len(seg.files) != ref.file_count:
-            raise CorruptMetadata(snap.key, f"segment {ref.manifest} does not match its "
-                                  "reference (version or file count)")
-        groups.append(FileGroup(ref.manifest, seg.files,
-                                m.removed.intersection(f.path for f in seg.files)))
+    # Segment objects and (format 1) earlier manifests alike, each checked against
+    # its reference; a segment's entries are immutable, so a group per segment.
+    for ref, entries in zip(m.segments, table.io.segment_entries(m.segments, where=snap.key),
+                            strict=True):
+        groups.append(FileGroup(ref.manifest, tuple(entries),
+                                m.removed.intersection(f.path for f in entries)))
     groups.append(FileGroup(None, m.files))
     return ExportSource(table, snap, tuple(groups))

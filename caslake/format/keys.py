@@ -4,6 +4,7 @@
     manifest/v<20-digit version>-<token>.json   immutable manifests
     data/<yyyy>/<mm>/<dd>/<uuid>.parquet   immutable Parquet data files
     tombstone/<uuid>.del                   immutable tombstones (deletes)
+    segment/v<version>-<token>.arrow       immutable segment objects (format 3)
 
 Keys stored inside metadata are always relative to the table root and must
 pass :func:`check_relative_key` -- the store's key rules
@@ -24,6 +25,7 @@ POINTER_KEY = "_latest_manifest"
 MANIFEST_PREFIX = "manifest/"
 DATA_PREFIX = "data/"
 TOMBSTONE_PREFIX = "tombstone/"
+SEGMENT_PREFIX = "segment/"
 
 _MANIFEST_RE = re.compile(r"^manifest/v(\d{20})-([0-9a-f]{32})\.json$")
 _SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9._=-]+$")
@@ -49,6 +51,11 @@ def parse_manifest_key(key: str) -> tuple[int, str] | None:
 def data_file_key(now: datetime | None = None) -> str:
     now = now or datetime.now(UTC)
     return f"{DATA_PREFIX}{now:%Y/%m/%d}/{uuid.uuid4().hex}.parquet"
+
+
+def segment_key(version: int, token: str) -> str:
+    """A segment object written by the commit attempt of ``version`` (format 3)."""
+    return f"{SEGMENT_PREFIX}v{version:020d}-{token}.arrow"
 
 
 def tombstone_key() -> str:

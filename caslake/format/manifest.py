@@ -4,9 +4,10 @@ A manifest describes one whole table version.  To keep commits O(1) in the
 size of the table, the live data-file list is split between:
 
 * ``files``: entries held inline in this manifest, and
-* ``segments``: references to *earlier manifests*, whose inline ``files`` are
-  part of this version too (an earlier manifest is immutable, so it works as an
-  immutable segment), minus the paths listed in ``removed``.
+* ``segments``: references to segment objects (format 3, with statistics
+  summaries: :mod:`caslake.format.segment`) or to *earlier manifests* (format 1),
+  whose entries are part of this version too (both are immutable), minus the
+  paths listed in ``removed``.
 
 See docs/format.md for every field and docs/protocol.md for how commits
 choose between carrying entries inline and referencing them.
@@ -15,6 +16,7 @@ choose between carrying entries inline and referencing them.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,10 +24,16 @@ from functools import partial
 from typing import Any, TypeVar
 
 from caslake.errors import CorruptMetadata, UnsupportedFormatVersion
-from caslake.format import BASE_FORMAT_VERSION, FORMAT_VERSION, MAX_INT64
+from caslake.format import (
+    BASE_FORMAT_VERSION,
+    FORMAT_VERSION,
+    MAX_INT64,
+    SEGMENTS_FORMAT_VERSION,
+)
 from caslake.format.keys import (
     DATA_PREFIX,
     MANIFEST_PREFIX,
+    SEGMENT_PREFIX,
     TOMBSTONE_PREFIX,
     check_relative_key,
     valid_alias,
@@ -65,17 +73,45 @@ class DataFile:
 
 @dataclass(frozen=True)
 class SegmentRef:
-    """The inline ``files`` of the earlier manifest ``manifest`` belong to this version."""
+    """Entries that belong to this version, held elsewhere.
 
-    manifest: str
+    Format 1: ``manifest`` is an earlier manifest, whose inline ``files`` are the
+    segment (``stats`` is None: no summary, never skipped).  Format 3: ``manifest``
+    is a segment object (``segment/...arrow``, :mod:`caslake.format.segment`)
+    of ``size`` bytes with CRC-32 ``crc32``, and ``stats`` summarises its
+    entries (field id -> min/max/nulls), so a planner can skip it."""
+
+    manifest: str  # the key: an earlier manifest (format 1) or a segment object
     version: int
     file_count: int
     row_count: int
     byte_count: int
+    stats: Mapping[int, Mapping[str, Any]] | None = None
+    size: int = 0
+    crc32: int = 0
+
+    @property
+    def is_object(self) -> bool:
+        """True for a format-3 segment object (with a summary)."""
+        return self.stats is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {"manifest": self.manifest, "version": self.version, "files": self.file_count,
-                "rows": self.row_count, "bytes": self.byte_count}
+        if self.stats is None:
+            return {"manifest": self.manifest, "version": self.version,
+                    "files": self.file_count, "rows": self.row_count, "bytes": self.byte_count}
+        body = {"segment": self.manifest, "version": self.version, "files": self.file_count,
+                "rows": self.row_count, "bytes": self.byte_count, "size": self.size,
+                "crc32": self.crc32,
+                "stats": {str(k): dict(v) for k, v in sorted(self.stats.items())}}
+        return {**body, "check": segment_ref_check(body)}
+
+
+def segment_ref_check(body: Mapping[str, Any]) -> int:
+    """CRC-32 of a segment reference's canonical JSON (keys sorted, no whitespace,
+    without ``check``): a summary damaged or edited on its own is detected when the
+    manifest is parsed, before any planner trusts it to skip the segment."""
+    return zlib.crc32(json.dumps({k: v for k, v in body.items() if k != "check"},
+                                 sort_keys=True, separators=(",", ":")).encode())
 
 
 @dataclass(frozen=True)
@@ -398,6 +434,34 @@ def parse_table_schema(obj: object, *, source: str) -> TableSchema:
     return _parse_schema(_Doc(source, obj))
 
 
+def _parse_segment_ref(s: _Doc) -> SegmentRef:
+    if "segment" not in s.obj:  # format 1: an earlier manifest
+        return SegmentRef(manifest=s.safe_key("manifest", MANIFEST_PREFIX),
+                          version=s.nonneg("version"), file_count=s.nonneg("files"),
+                          row_count=s.nonneg("rows"), byte_count=s.nonneg("bytes"))
+    stats: dict[int, dict[str, Any]] = {}
+    for sk, sv in s.get("stats", dict).items():
+        sdoc = s.child(f"stats[{sk}]", sv)
+        fid: int = _guard(sdoc, partial(int, sk))
+        for bound in ("min", "max"):
+            if bound in sdoc.obj and (sdoc.obj[bound] is None
+                                      or isinstance(sdoc.obj[bound], list | dict)):
+                raise sdoc.error(f"{bound} must be a number, a string or a boolean")
+        if "nulls" in sdoc.obj:
+            sdoc.nonneg("nulls")
+        stats[fid] = {b: sdoc.obj[b] for b in ("min", "max", "nulls") if b in sdoc.obj}
+    crc = s.nonneg("crc32")
+    if crc >= 2**32:
+        raise s.error("crc32 must be an unsigned 32-bit integer")
+    if s.get("check", int) != segment_ref_check(s.obj):
+        raise s.error("the segment reference's check does not match its content "
+                      "(the summary or counts were damaged or edited)")
+    return SegmentRef(manifest=s.safe_key("segment", SEGMENT_PREFIX), version=s.nonneg("version"),
+                      file_count=s.nonneg("files"), row_count=s.nonneg("rows"),
+                      byte_count=s.nonneg("bytes"), stats=stats, size=s.nonneg("size"),
+                      crc32=crc)
+
+
 def parse_manifest(data: bytes, key: str) -> Manifest:
     doc = _Doc(key, _load_json(data, key))
     fv = _check_header(doc, MANIFEST_FORMAT)
@@ -407,12 +471,13 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
     paths = [f.path for f in files]
     if len(set(paths)) != len(paths):
         raise doc.error("a data file is listed twice")
-    segments = []
-    for i, raw in doc.items("segments"):
-        s = doc.child(f"segments[{i}]", raw)
-        segments.append(SegmentRef(manifest=s.safe_key("manifest", MANIFEST_PREFIX),
-                                   version=s.nonneg("version"), file_count=s.nonneg("files"),
-                                   row_count=s.nonneg("rows"), byte_count=s.nonneg("bytes")))
+    segments = [_parse_segment_ref(doc.child(f"segments[{i}]", raw))
+                for i, raw in doc.items("segments")]
+    if len({s.manifest for s in segments}) != len(segments):
+        raise doc.error("a segment is referenced twice")
+    if fv < SEGMENTS_FORMAT_VERSION and any(s.is_object for s in segments):
+        raise doc.error(f"a format_version {fv} manifest references a segment object "
+                        f"(format {SEGMENTS_FORMAT_VERSION})")
     ancestors = []
     for i, raw in doc.items("ancestors"):
         a = doc.child(f"ancestors[{i}]", raw)
@@ -447,7 +512,9 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         parent = doc.safe_key("parent", MANIFEST_PREFIX)
     if (parent is None) != (version == 0):
         raise doc.error("only version 0 may lack a parent")
-    if any(a.version >= version for a in ancestors) or any(s.version >= version for s in segments):
+    if (any(a.version >= version for a in ancestors)
+            or any(s.version >= version for s in segments if not s.is_object)
+            or any(s.version > version for s in segments)):
         raise doc.error("ancestors and segments must be older than the manifest")
     external: dict[str, ExternalTable] = {}
     for alias, raw in doc.get("external", dict, optional=True, default={}).items():

@@ -57,7 +57,7 @@ def plan_compaction(ctx: TableContext, base: Snapshot, *, target_file_size: int,
                     deleted_fraction: float) -> CompactionPlan | None:
     deleted = base.manifest.deleted_rows_per_file()
     small, dirty, drop = [], [], []
-    for f in ctx.io.live_files(base):
+    for f in ctx.io.iter_live_files(base):
         gone = deleted.get(f.path, 0)
         if gone >= f.row_count:
             drop.append(f)

@@ -46,7 +46,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from caslake.errors import InvalidArgument, RefNotFound, RetryBudgetExhausted
-from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX
+from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TOMBSTONE_PREFIX
+from caslake.format.manifest import SegmentRef
 from caslake.format.properties import retention_policy
 from caslake.format.refs import BRANCH_PREFIX, REFS_PREFIX, branch_key
 from caslake.store.base import ObjectMeta, ObjectStore
@@ -58,7 +59,7 @@ from caslake.table.runner import TableContext, run_operation
 
 MIN_RETENTION = timedelta(hours=24)
 DEFAULT_RETENTION = timedelta(days=7)
-_PREFIXES = (MANIFEST_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
+_PREFIXES = (MANIFEST_PREFIX, SEGMENT_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
 EXPIRE = "expire"  # the operation of GC's marker commit
 
 
@@ -332,13 +333,26 @@ def _retained(io: MetadataIO, head: Snapshot, oldest: int) -> list[Snapshot]:
 
 
 def _referenced(io: MetadataIO, versions: Iterable[Snapshot]) -> set[str]:
+    """Every key the retained versions reference.  Versions share segments, so
+    each segment is walked once (streamed per block), not once per version: an
+    entry of segment ``s`` is live in some retained version unless every version
+    that references ``s`` lists it in ``removed``."""
     keys: set[str] = set()
+    # segment key -> (its reference, a manifest naming it, entries removed in every
+    # retained version that references it)
+    shared: dict[str, tuple[SegmentRef, str, frozenset[str]]] = {}
     for snap in versions:
         m = snap.manifest
         keys.add(snap.key)
-        keys.update(s.manifest for s in m.segments)
         keys.update(t.path for t in m.tombstones)
-        keys.update(f.path for f in io.live_files(snap))
+        keys.update(f.path for f in m.files)
+        for ref in m.segments:
+            seen = shared.get(ref.manifest)
+            gone = m.removed if seen is None else seen[2] & m.removed
+            shared[ref.manifest] = (ref, snap.key, frozenset(gone))
+    for ref, where, gone in shared.values():
+        keys.add(ref.manifest)
+        keys.update(f.path for f in io.iter_segment(ref, where) if f.path not in gone)
     return keys
 
 

@@ -49,6 +49,10 @@ class LruCache(Generic[K, V]):
         self.put(key, value)
         return value
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)

@@ -1,20 +1,20 @@
 """What a commit changes, as data, and the pure function that applies it.
 
 ``apply_changes(base, changes, ...)`` builds the next manifest from the base
-snapshot without I/O, except for loading segments that the merge policy
-decides to fold back inline (through the ``load`` callback).
+snapshot; its only I/O goes through two callbacks: ``load`` (segments the
+folding policy rewrites) and ``write`` (a new segment object).
 
 Metadata scaling policy (see docs/format.md "Segments"):
 
 * New entries go inline.  While the base's inline list is shorter than
   ``INLINE_LIMIT`` it is carried forward, so the common commit rewrites at most
   ``INLINE_LIMIT`` entries.
-* When the base's inline list is full, the base manifest itself becomes a
-  segment reference and the inline list starts empty.
+* When the base's inline list is full, its live entries become a segment
+  object (format 3, with statistics summaries) and the inline list starts empty.
 * Segments are tiered by size; when the last ``FANOUT`` segments share a
-  tier they are folded inline into this manifest (which then becomes one
-  segment of the next tier).  Each entry is rewritten O(log_FANOUT n) times in
-  its life, and the root lists O(FANOUT * log n) segments.
+  tier they are merged into one segment object of the next tier.  Each entry is
+  rewritten O(log_FANOUT n) times in its life, and the root lists
+  O(FANOUT * log n) segments.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from caslake.errors import InvalidArgument
+from caslake.format import SEGMENTS_FORMAT_VERSION
 from caslake.format.keys import manifest_key
 from caslake.format.manifest import (
     AncestorRef,
@@ -39,6 +40,7 @@ from caslake.table.metadata_io import MetadataIO, Snapshot
 
 INLINE_LIMIT = 64
 FANOUT = 8
+MAX_FOLD_LEVEL = 2  # segments of 32,768+ entries are only rewritten to drop removed ones
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,8 @@ class Changes:
     collected_until_ms: int | None = None
     # Table properties to set (merged over the base's).
     properties: Mapping[str, str] | None = None
-    # Fold every segment inline (purge with expire: no retained manifest may keep the
-    # entries, statistics included, of the files this commit removes).
+    # Rewrite every segment that holds a removed entry (purge with expire: no retained
+    # manifest may keep the entries, statistics included, of the files it removes).
     fold_segments: bool = False
     # A schema change: the schema of the new version (schema id already advanced).
     schema: TableSchema | None = None
@@ -139,10 +141,61 @@ def _ancestors(base: Snapshot) -> tuple[AncestorRef, ...]:
     return tuple(sorted(out.values(), key=lambda a: -a.version))
 
 
+# (segment refs) -> their entries; (entries) -> a new segment object's reference
+LoadSegments = Callable[[Sequence[SegmentRef]], list[list[DataFile]]]
+WriteSegment = Callable[[Sequence[DataFile]], SegmentRef]
+
+
+def _fold(segments: list[SegmentRef], removed: set[str], files: int, load: LoadSegments,
+          write: WriteSegment, *, rewrite_all: bool = False) -> list[SegmentRef]:
+    """The folding policy (docs/format.md, "Segments").  One fold per commit:
+
+    * when ``removed`` has grown past ``max(INLINE_LIMIT * FANOUT, files / 4)``,
+      or ``rewrite_all`` (a purge with expire: no manifest from here on may keep
+      an entry, statistics included, of a removed file), every segment holding a
+      removed entry is rewritten without it;
+    * else the rightmost run of ``FANOUT`` neighbouring segments that share a tier
+      below ``MAX_FOLD_LEVEL + 1`` is merged into one segment of the next tier.
+
+    Merged entries keep their order (append order), so segments stay clustered
+    when appends arrive in key or time order.  ``removed`` loses the paths whose
+    removal a rewrite applied."""
+    if rewrite_all or len(removed) > max(INLINE_LIMIT * FANOUT, files // 4):
+        out = []
+        for ref, entries in zip(segments, load(segments), strict=True):
+            if not any(f.path in removed for f in entries):
+                out.append(ref)
+                continue
+            kept = [f for f in entries if f.path not in removed]
+            removed.difference_update(f.path for f in entries)
+            if kept:
+                out.append(write(kept))
+        return out
+    # The rightmost run of FANOUT neighbours of one tier (not only the tail: a fold
+    # of the tail makes a segment of the next tier in the same commit that appends a
+    # new small one, so a tail-only rule would never merge that tier again).
+    levels = [_level(s.file_count) for s in segments]
+    for start in range(len(segments) - FANOUT, -1, -1):
+        run = levels[start:start + FANOUT]
+        if run[0] <= MAX_FOLD_LEVEL and run.count(run[0]) == FANOUT:
+            merged: list[DataFile] = []
+            for entries in load(segments[start:start + FANOUT]):
+                for f in entries:
+                    if f.path in removed:
+                        removed.discard(f.path)  # the removal is applied by not copying it
+                    else:
+                        merged.append(f)
+            return (segments[:start] + ([write(merged)] if merged else [])
+                    + segments[start + FANOUT:])
+    return segments
+
+
 def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: str,
-                  created_at_ms: int, load: Callable[[Sequence[str]], list[Manifest]],
+                  created_at_ms: int, load: LoadSegments, write: WriteSegment,
                   schema: TableSchema | None = None) -> tuple[str, Manifest]:
-    """The key and content of the manifest for version base.version+1."""
+    """The key and content of the manifest for version base.version+1.  ``load``
+    reads segments the folding policy rewrites; ``write`` writes a segment object
+    (the full inline list of the base, or a fold) and returns its reference."""
     bm = base.manifest
     version = bm.version + 1
     drop = {f.path for f in changes.remove_files}
@@ -154,17 +207,14 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
     else:
         segments = list(bm.segments)
         removed = set(bm.removed)
+        inline_paths = {f.path for f in bm.files}
+        files = [f for f in bm.files if f.path not in drop]
+        removed |= drop - inline_paths
         if len(bm.files) >= INLINE_LIMIT:
-            # The base's inline list is full: reference it as a segment instead of copying it.
-            segments.append(SegmentRef(base.key, bm.version, len(bm.files),
-                                       sum(f.row_count for f in bm.files),
-                                       sum(f.size for f in bm.files)))
+            # The base's inline list is full: it becomes a segment object.
+            if files:
+                segments.append(write(files))
             files = []
-            removed |= drop
-        else:
-            inline_paths = {f.path for f in bm.files}
-            files = [f for f in bm.files if f.path not in drop]
-            removed |= drop - inline_paths
         gone = _totals(changes.remove_files)
         totals = Totals(bm.totals.files - gone.files, bm.totals.rows - gone.rows,
                         bm.totals.bytes - gone.bytes)
@@ -172,25 +222,13 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
     totals = Totals(totals.files + added.files, totals.rows + added.rows,
                     totals.bytes + added.bytes)
     files.extend(changes.add_files)
-
-    # Fold segments back inline: the last FANOUT when they share a tier, or all of
-    # them when removals would otherwise pile up in `removed`.  One fold per commit;
-    # the folded manifest becomes a segment of the next tier on the next commit.
-    fold: list[SegmentRef] = []
-    if changes.fold_segments or len(removed) > max(INLINE_LIMIT * FANOUT, totals.files // 4):
-        fold, segments = segments, []
-    elif (len(segments) >= FANOUT
-          and len({_level(s.file_count) for s in segments[-FANOUT:]}) == 1):
-        fold, segments = segments[-FANOUT:], segments[:-FANOUT]
-    if fold:
-        folded: list[DataFile] = []
-        for seg in load([s.manifest for s in fold]):
-            for f in seg.files:
-                if f.path in removed:
-                    removed.discard(f.path)  # the removal is applied by not copying it
-                else:
-                    folded.append(f)
-        files = folded + files
+    if len(files) > INLINE_LIMIT:
+        # A big commit: its entries go straight to a segment object, so the root
+        # (read by every reader) never holds more than INLINE_LIMIT entries.
+        segments.append(write(files))
+        files = []
+    segments = _fold(segments, removed, totals.files, load, write,
+                     rewrite_all=changes.fold_segments)
 
     # Tombstones: carry forward, forget files that left the table, add the new ones.
     tombstones: list[TombstoneRef] = []
@@ -233,6 +271,10 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
         properties={**bm.properties, **(changes.properties or {})},
         txns=txns, totals=totals,
         oldest_version=max(bm.oldest_version, changes.oldest_version or 0),
-        external=bm.external, format_version=bm.format_version,
-        collected_until_ms=max(bm.collected_until_ms, changes.collected_until_ms or 0))
+        external=bm.external,
+        collected_until_ms=max(bm.collected_until_ms, changes.collected_until_ms or 0),
+        # Segment objects are format 3: the first commit that references one raises
+        # the table's version (docs/format.md, "Format version rule"); never lowered.
+        format_version=(max(bm.format_version, SEGMENTS_FORMAT_VERSION)
+                        if any(s.is_object for s in segments) else bm.format_version))
     return manifest_key(version, token), manifest

@@ -37,6 +37,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from caslake.errors import (
@@ -51,10 +52,11 @@ from caslake.errors import (
     TxnAlreadyApplied,
 )
 from caslake.format.keys import new_token
-from caslake.format.manifest import Pointer
+from caslake.format.manifest import DataFile, Pointer, SegmentRef
 from caslake.store.base import IfMatch, PutMode
 from caslake.table.changes import Changes, Requirement, apply_changes
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.segments import write_segment
 
 T = TypeVar("T")
 
@@ -270,9 +272,24 @@ def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | N
     changes = prepare(base)
     if changes is None:
         return CommitOutcome(base, commit_id, attempt, noop=True)
-    manifest_key, manifest = apply_changes(base, changes, commit_id=commit_id,
-                                           token=new_token(), created_at_ms=now_ms(),
-                                           load=io.load_manifests)
+    written: list[SegmentRef] = []
+
+    def write(files: Sequence[DataFile]) -> SegmentRef:
+        ref = write_segment(store, files, schema=base.manifest.schema, version=base.version + 1)
+        written.append(ref)
+        return ref
+
+    manifest_key, manifest = apply_changes(
+        base, changes, commit_id=commit_id, token=new_token(), created_at_ms=now_ms(),
+        load=partial(io.segment_entries, where=base.key), write=write)
+    # A segment this attempt wrote and then folded into a bigger one in the same
+    # call was never referenced by any manifest: remove it now (best effort; gc
+    # would otherwise keep it until it is older than its fence).
+    kept = {s.manifest for s in manifest.segments}
+    for ref in written:
+        if ref.manifest not in kept:
+            with contextlib.suppress(StoreError):
+                store.delete(ref.manifest)
     store.put(manifest_key, manifest.to_bytes(), mode=PutMode.CREATE)
     if on_attempt:
         on_attempt("manifest-written", attempt)

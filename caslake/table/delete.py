@@ -49,7 +49,7 @@ from caslake.table.changes import Changes
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache
 from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.scan import POSITION, FileTask, Scan, SnapshotSubset
+from caslake.table.scan import POSITION, FileTask, Scan, SnapshotSubset, summary_matcher
 
 # A range predicate is recorded as a key range instead of positions once the
 # position bitmap for a file would be larger than this.
@@ -279,8 +279,30 @@ def touched_since(io: MetadataIO, planned: Snapshot, base: Snapshot, paths: set[
     for ref in base.manifest.tombstones:
         if ref.path not in known and paths.intersection(ref.files):
             return True
-    live = {f.path for f in io.live_files(base)}
+    if _nothing_removed_between(io, planned, base):
+        return False  # every planned path is still live: no segment need be opened
+    live = {f.path for f in io.iter_live_files(base)}
     return not paths <= live
+
+
+REMOVAL_WALK = 32  # commits walked back before falling back to the live file list
+
+
+def _nothing_removed_between(io: MetadataIO, planned: Snapshot, base: Snapshot) -> bool:
+    """True when ``base`` descends from ``planned`` through commits that removed no
+    data file (each manifest's ``summary.removed_files``): then every file live at
+    ``planned`` is live at ``base``.  A cheap check on the parents' manifests (the
+    usual retry after a concurrent append or delete), instead of decoding every
+    segment of ``base``; False when unsure."""
+    snap = base
+    for _ in range(REMOVAL_WALK):
+        if snap.version <= planned.version:
+            return snap.key == planned.key
+        m = snap.manifest
+        if m.summary.get("removed_files", 1) != 0 or m.parent is None:
+            return False
+        snap = Snapshot(io.load_manifest(m.parent), m.parent)
+    return False
 
 
 def changes_for(operation: str, refs: tuple[TombstoneRef, ...], dropped: tuple[DataFile, ...],
@@ -308,16 +330,20 @@ def changed_since(io: MetadataIO, read: Snapshot, base: Snapshot,
     conditions matches.  Conservative: unknown statistics count as a match."""
     if base.key == read.key:
         return None
-    before = {f.path: f for f in io.live_files(read)}
-    after = {f.path: f for f in io.live_files(base)}
+    schema = base.manifest.schema
     known = {r.path for r in read.manifest.tombstones}
     tombstoned = {p for r in base.manifest.tombstones if r.path not in known for p in r.files}
-    # (file, the manifest whose entry it is: names bad statistics)
-    changed = ([(f, base.key) for p, f in after.items() if p not in before or p in tombstoned]
-               + [(f, read.key) for p, f in before.items() if p not in after])
-    schema = base.manifest.schema
     for cond in conditions:
         bound = _condition_filter(cond, schema.to_arrow())
+        # Only files whose statistics might match matter, and every such file lies
+        # in a segment block whose summary might match: both versions are read
+        # through the pruned path (all of them when the condition bounds nothing).
+        matcher = None if bound is None else summary_matcher(bound, schema=schema)
+        before = {f.path: f for f in io.pruned_files(read, matcher)}
+        after = {f.path: f for f in io.pruned_files(base, matcher)}
+        # (file, the manifest whose entry it is: names bad statistics)
+        changed = ([(f, base.key) for p, f in after.items() if p not in before or p in tombstoned]
+                   + [(f, read.key) for p, f in before.items() if p not in after])
         for f, key in changed:
             if bound is None:
                 return f"{f.path} changed"

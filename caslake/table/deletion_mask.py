@@ -165,15 +165,17 @@ def _fetch_tombstone(store: ObjectStore, ref: TombstoneRef) -> Tombstone:
 
 def load_masks(store: ObjectStore, cache: TombstoneCache, refs: Iterable[TombstoneRef],
                files: Mapping[str, DataFile], wanted: Iterable[str],
-               schema: TableSchema) -> dict[str, DeletionMask]:
+               schema: TableSchema, *, complete: bool = True) -> dict[str, DeletionMask]:
     """Merged masks for the ``wanted`` data files of a snapshot.
 
-    ``files`` maps every live data file of the snapshot by path; a tombstone
-    reference naming any other file is corrupt."""
+    ``files`` maps the live data files of the snapshot by path (at least the
+    wanted ones); when ``complete`` it holds every one, and a tombstone reference
+    naming any other file is corrupt.  (A pruned scan knows only the files whose
+    segments it opened: it cannot tell a missing file from a skipped one.)"""
     wanted_set = set(wanted)
     relevant: list[TombstoneRef] = []
     for ref in refs:
-        missing = [p for p in ref.files if p not in files]
+        missing = [p for p in ref.files if p not in files] if complete else []
         if missing:
             raise CorruptMetadata(ref.path, f"names data file {missing[0]!r}, which the "
                                   "snapshot does not have")

@@ -9,15 +9,23 @@ Never writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from caslake.errors import CorruptMetadata, NotFound, TableNotFound, VersionNotFound
 from caslake.format.keys import POINTER_KEY
-from caslake.format.manifest import DataFile, Manifest, Pointer, parse_manifest, parse_pointer
+from caslake.format.manifest import (
+    DataFile,
+    Manifest,
+    Pointer,
+    SegmentRef,
+    parse_manifest,
+    parse_pointer,
+)
 from caslake.store.base import ObjectStore
 from caslake.table.cache import LruCache
+from caslake.table.segments import MightMatch, iter_segment_files, segment_files
 
 
 @dataclass(frozen=True)
@@ -85,18 +93,49 @@ class MetadataIO:
 
     # --- live files --------------------------------------------------------------
 
+    def _manifest_segment(self, where: str) -> Callable[[SegmentRef], list[DataFile]]:
+        """Loader of a format-1 segment (an earlier manifest's inline files)."""
+        def load(ref: SegmentRef) -> list[DataFile]:
+            seg = self.load_manifest(ref.manifest)
+            if seg.version != ref.version or len(seg.files) != ref.file_count:
+                raise CorruptMetadata(where, f"segment {ref.manifest} does not match "
+                                      "its reference (version or file count)")
+            return list(seg.files)
+        return load
+
     def live_files(self, snap: Snapshot) -> list[DataFile]:
         """Every data file of the version, oldest segment first, inline entries last."""
+        return self.pruned_files(snap, None)
+
+    def pruned_files(self, snap: Snapshot, might_match: MightMatch | None) -> list[DataFile]:
+        """The live data files of the version in segments and blocks whose summaries
+        ``might_match`` (all of them when it is None), in live-file order.  Files of
+        an opened block are returned whether or not they match: pruning single
+        files is the caller's."""
         m = snap.manifest
         out: list[DataFile] = []
-        for seg_ref, seg in zip(m.segments, self.load_manifests(s.manifest for s in m.segments),
-                                strict=True):
-            if seg.version != seg_ref.version or len(seg.files) != seg_ref.file_count:
-                raise CorruptMetadata(snap.key, f"segment {seg_ref.manifest} does not match "
-                                      "its reference (version or file count)")
-            out.extend(f for f in seg.files if f.path not in m.removed)
+        for seg in segment_files(self.store, m.segments, snap.key,
+                                 self._manifest_segment(snap.key), might_match):
+            out.extend(f for f in seg if f.path not in m.removed)
         out.extend(m.files)
         return out
+
+    def segment_entries(self, refs: Sequence[SegmentRef], where: str) -> list[list[DataFile]]:
+        """Every entry of each segment (for a commit that rewrites them)."""
+        return segment_files(self.store, refs, where, self._manifest_segment(where))
+
+    def iter_segment(self, ref: SegmentRef, where: str) -> Iterator[DataFile]:
+        """Every entry of one segment (named in manifest ``where``), streamed per block."""
+        return iter_segment_files(self.store, [ref], where, self._manifest_segment(where))
+
+    def iter_live_files(self, snap: Snapshot) -> Iterator[DataFile]:
+        """Every data file of the version, streamed one segment block at a time."""
+        m = snap.manifest
+        for f in iter_segment_files(self.store, m.segments, snap.key,
+                                    self._manifest_segment(snap.key)):
+            if f.path not in m.removed:
+                yield f
+        yield from m.files
 
     # --- time travel ---------------------------------------------------------------
 

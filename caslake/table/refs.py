@@ -304,7 +304,8 @@ def create_branch(io: MetadataIO, name: str, snap: Snapshot, *, floor: int) -> S
         raise RefAlreadyExists("branch", name)
     fork = fork_snapshot(io, snap, floor)
     pointer = Pointer(fork.manifest.table_id, fork.version, fork.key,
-                      fork.manifest.commit_id, format_version=REFS_FORMAT_VERSION)
+                      fork.manifest.commit_id,
+                      format_version=max(REFS_FORMAT_VERSION, fork.manifest.format_version))
     if not create_object(io, key, pointer.to_bytes(), what=f"branch {name!r}"):
         if fork.key != snap.key:
             with contextlib.suppress(StoreError):

@@ -22,6 +22,7 @@ row groups, split to bound memory) with a small in-order prefetch window.
 from __future__ import annotations
 
 import io
+import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -35,6 +36,7 @@ import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata, InvalidArgument
 from caslake.expr import (
+    BoundExpr,
     Expr,
     compile_where,
     filter_table,
@@ -48,19 +50,22 @@ from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.parquet import SCAN_FORMAT, VERIFY_PAGE_CHECKSUMS, FooterInfo
 from caslake.format.schema import TableSchema, type_to_str
 from caslake.format.schema_evolution import field_ids_of, is_widening
-from caslake.format.stats import data_file_stats
+from caslake.format.segment import Stats
+from caslake.format.stats import column_stats, data_file_stats
 from caslake.store.base import GET_RANGE
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.table.footers import FooterCache
 from caslake.table.interop import ArrowExport
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.pools import fetch_all, shared_pool, threads
+from caslake.table.pools import METADATA_THREADS, fetch_all, shared_pool, threads
+from caslake.table.segments import MightMatch
 
 POSITION = "__pos"
 SLICE_RUN_ROWS = 4096  # mean surviving run length above which deletes are sliced out
 _LOCAL_FS = pafs.LocalFileSystem()
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 MIN_UNIT_BYTES = 4 * 1024 * 1024  # below this, a unit's fixed cost outweighs the parallelism
+FOOTER_WINDOW = 16  # footers fetched ahead of a streaming scan
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,20 @@ class SnapshotSubset:
         groups = {p: frozenset(g) for p, g in (row_groups or {}).items()}
         return SnapshotSubset(snapshot.version, snapshot.key, snapshot.manifest.schema, files,
                               refs, groups)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A scan's planning before any footer: the files that may match (in order),
+    their deletion masks, row-group restrictions, the live file count, row groups
+    of files pruned by statistics, and the tombstones loaded."""
+
+    kept: list[DataFile]
+    masks: Mapping[str, DeletionMask]
+    only_groups: Mapping[str, frozenset[int]]
+    files_total: int
+    rg_skipped: int
+    tombstones_loaded: int
 
 
 @dataclass
@@ -236,6 +255,9 @@ class Scan(ArrowExport):
         self._read_columns = [n for n in names if n in set(self.columns) | pred_cols]
         self._pred_fields = [f for f in schema.fields if f.name in pred_cols]
         self._plan: ScanPlan | None = None
+        self._prepared: _Prepared | None = None
+        # Row-group pruning needs statistics of the predicate's columns only.
+        self._rg_types = {f.name: f.arrow_type for f in schema.fields if f.name in pred_cols}
 
     @property
     def snapshot(self) -> Snapshot:
@@ -266,74 +288,154 @@ class Scan(ArrowExport):
         return bool(might_match(self._bound, stats, f.row_count))
 
     def _source(self) -> tuple[list[DataFile], Sequence[TombstoneRef],
-                               Mapping[str, frozenset[int]]]:
-        """The files to consider, their tombstones, and any row-group restriction."""
+                               Mapping[str, frozenset[int]], int, bool]:
+        """The files to consider, their tombstones, any row-group restriction, how
+        many live files there are, and whether the files are all of them (segments
+        and blocks whose summaries cannot match are left out)."""
         src = self.source
         if isinstance(src, Snapshot):
-            return self._io.live_files(src), src.manifest.tombstones, {}
-        return list(src.files), src.tombstones, src.row_groups
+            if self._bound is None:
+                return self._io.live_files(src), src.manifest.tombstones, {}, \
+                    src.manifest.totals.files, True
+            matcher = summary_matcher(self._bound, schema=self.table_schema)
+            files = self._io.pruned_files(src, matcher)
+            return files, src.manifest.tombstones, {}, src.manifest.totals.files, False
+        return list(src.files), src.tombstones, src.row_groups, len(src.files), True
+
+    def _prepare(self) -> _Prepared:
+        """Everything planning decides before reading a footer."""
+        if self._prepared is None:
+            files, refs, only_groups, total, complete = self._source()
+            kept = [f for f in files if f.row_count > 0 and self._file_might_match(f)]
+            kept_paths = {f.path for f in kept}
+            masks = load_masks(self._store, self._tombstones, refs,
+                               {f.path: f for f in files}, kept_paths, self.table_schema,
+                               complete=complete)
+            rg_skipped = 0
+            for f in files:
+                if f.path not in kept_paths:
+                    rg_skipped += (f.row_group_count if f.path not in only_groups
+                                   else len(only_groups[f.path]))
+            self._prepared = _Prepared(
+                kept, masks, only_groups, total, rg_skipped,
+                sum(1 for ref in refs if not kept_paths.isdisjoint(ref.files)))
+        return self._prepared
+
+    def _task(self, f: DataFile, footer: FooterInfo, mask: DeletionMask | None,
+              only_groups: Mapping[str, frozenset[int]], counts: list[int]) -> FileTask | None:
+        """The task reading ``f`` (None: no row group survives); ``counts`` gains the
+        row groups seen, pruned and wholly deleted."""
+        schema = self.table_schema
+        # Read at least one column, so row counts survive a predicate-only read.
+        columns = self._read_columns or schema.names[:1]
+        if mask is not None and mask.key_columns() - set(columns):
+            columns = [n for n in schema.names if n in set(columns) | mask.key_columns()]
+        file_cols, presents, missing = by_field_id(footer, schema, columns)
+        col_idx = footer.column_indexes(file_cols)
+        rename = dict(zip(file_cols, presents, strict=False))
+        widened = any(_widened(footer.arrow_schema.field(src).type,
+                               schema.field(dst).arrow_type) for src, dst in rename.items())
+        file_types = {src: self._rg_types[dst] for src, dst in rename.items()
+                      if dst in self._rg_types}
+        wanted = only_groups.get(f.path)
+        groups = []
+        for rg, (start, n) in enumerate(zip(footer.group_starts, footer.group_rows,
+                                            strict=True)):
+            if wanted is not None and rg not in wanted:
+                continue  # not this subset's share of the file
+            counts[0] += 1
+            if n == 0 or (self._bound is not None and not might_match(
+                    self._bound, {rename[k]: v for k, v in footer.row_group_stats(
+                        rg, file_types).items()}, n)):
+                counts[1] += 1
+                continue
+            if mask is not None and mask.group_fully_deleted(rg, start, n):
+                counts[1] += 1
+                counts[2] += 1
+                continue
+            groups.append(rg)
+        if not groups:
+            return None
+        return FileTask(f, footer, groups, footer.chunk_bytes(groups, col_idx), file_cols, mask,
+                        tuple(presents), tuple(missing), widened)
 
     def plan(self) -> ScanPlan:
         if self._plan is not None:
             return self._plan
-        schema = self.table_schema
-        files, refs, only_groups = self._source()
-        kept = [f for f in files if f.row_count > 0 and self._file_might_match(f)]
-        masks = load_masks(self._store, self._tombstones, refs,
-                           {f.path: f for f in files}, [f.path for f in kept], schema)
-        tombstones_loaded = sum(1 for ref in refs if any(f.path in ref.files for f in kept))
-        footers = self._fetch_footers(kept)
-        # Row-group pruning needs statistics of the predicate's columns only.
-        pred_cols = self._bound.columns if self._bound is not None else frozenset()
-        types = {f.name: f.arrow_type for f in schema.fields if f.name in pred_cols}
-        tasks: list[FileTask] = []
-        rg_total = rg_pruned = rg_deleted = 0
-        for f, footer in zip(kept, footers, strict=True):
-            mask = masks.get(f.path)
-            # Read at least one column, so row counts survive a predicate-only read.
-            columns = self._read_columns or schema.names[:1]
-            if mask is not None and mask.key_columns() - set(columns):
-                columns = [n for n in schema.names if n in set(columns) | mask.key_columns()]
-            file_cols, presents, missing = by_field_id(footer, schema, columns)
-            col_idx = footer.column_indexes(file_cols)
-            rename = dict(zip(file_cols, presents, strict=False))
-            widened = any(_widened(footer.arrow_schema.field(src).type,
-                                   schema.field(dst).arrow_type) for src, dst in rename.items())
-            file_types = {src: types[dst] for src, dst in rename.items() if dst in types}
-            wanted = only_groups.get(f.path)
-            groups = []
-            for rg, (start, n) in enumerate(zip(footer.group_starts, footer.group_rows,
-                                                strict=True)):
-                if wanted is not None and rg not in wanted:
-                    continue  # not this subset's share of the file
-                rg_total += 1
-                if n == 0 or (self._bound is not None and not might_match(
-                        self._bound, {rename[k]: v for k, v in footer.row_group_stats(
-                            rg, file_types).items()}, n)):
-                    rg_pruned += 1
-                    continue
-                if mask is not None and mask.group_fully_deleted(rg, start, n):
-                    rg_pruned += 1
-                    rg_deleted += 1
-                    continue
-                groups.append(rg)
-            if groups:
-                tasks.append(FileTask(f, footer, groups, footer.chunk_bytes(groups, col_idx),
-                                      file_cols, mask, tuple(presents), tuple(missing),
-                                      widened))
-        kept_paths = {f.path for f in kept}
-        for f in files:
-            if f.path not in kept_paths:
-                n = f.row_group_count if f.path not in only_groups else len(only_groups[f.path])
-                rg_total += n
-                rg_pruned += n
-        self._plan = ScanPlan(version=self.version, files_total=len(files),
-                              files_pruned=len(files) - len(kept), row_groups_total=rg_total,
-                              row_groups_pruned=rg_pruned,
+        prep = self._prepare()
+        counts = [0, 0, 0]
+        tasks = [t for f, footer in zip(prep.kept, self._fetch_footers(prep.kept), strict=True)
+                 if (t := self._task(f, footer, prep.masks.get(f.path), prep.only_groups,
+                                     counts)) is not None]
+        self._plan = ScanPlan(version=self.version, files_total=prep.files_total,
+                              files_pruned=prep.files_total - len(prep.kept),
+                              row_groups_total=counts[0] + prep.rg_skipped,
+                              row_groups_pruned=counts[1] + prep.rg_skipped,
                               bytes_to_read=sum(t.bytes_to_read for t in tasks),
                               columns=self.columns, tasks=tasks,
-                              tombstones_loaded=tombstones_loaded, row_groups_deleted=rg_deleted)
+                              tombstones_loaded=prep.tombstones_loaded,
+                              row_groups_deleted=counts[2])
         return self._plan
+
+    @property
+    def _streams(self) -> bool:
+        """An unfiltered scan of a whole snapshot streams its entries block by block."""
+        return isinstance(self.source, Snapshot) and self._bound is None
+
+    def _stream_files(self) -> tuple[Iterator[tuple[DataFile, DeletionMask | None]],
+                                     Mapping[str, frozenset[int]]]:
+        """The files to read, in order, each with its deletion mask.  An unfiltered
+        scan of a snapshot streams them segment block by block (masks loaded per
+        file), so its first batch does not wait for every entry to be decoded."""
+        src = self.source
+        if self._plan is None and isinstance(src, Snapshot) and self._streams:
+            refs = src.manifest.tombstones
+            named = {p for r in refs for p in r.files}
+            schema = self.table_schema
+
+            def stream() -> Iterator[tuple[DataFile, DeletionMask | None]]:
+                for f in self._io.iter_live_files(src):
+                    if f.row_count == 0:
+                        continue
+                    mask = None
+                    if f.path in named:
+                        mask = load_masks(self._store, self._tombstones, refs, {f.path: f},
+                                          [f.path], schema, complete=False).get(f.path)
+                    yield f, mask
+            return stream(), {}
+        prep = self._prepare()
+        return ((f, prep.masks.get(f.path)) for f in prep.kept), prep.only_groups
+
+    def _tasks(self) -> Iterator[FileTask]:
+        """The plan's tasks in order; without a finished plan, footers are fetched
+        lazily, a bounded window ahead, so the first task needs one footer, not all."""
+        if self._plan is not None:
+            yield from self._plan.tasks
+            return
+        pending, only_groups = self._stream_files()
+        counts = [0, 0, 0]
+        window: deque[tuple[DataFile, DeletionMask | None, Future[FooterInfo]]] = deque()
+        # Footer fetches never submit to a pool and wait: sharing cannot deadlock.
+        pool = shared_pool("metadata", METADATA_THREADS)
+        try:
+            def refill() -> None:
+                while len(window) < FOOTER_WINDOW:
+                    nxt = next(pending, None)
+                    if nxt is None:
+                        return
+                    f, mask = nxt
+                    window.append((f, mask, pool.submit(self._footers.get, self._store, f)))
+            refill()
+            while window:
+                f, mask, fut = window.popleft()
+                footer = fut.result()
+                refill()
+                task = self._task(f, footer, mask, only_groups, counts)
+                if task is not None:
+                    yield task
+        finally:
+            for _, _, fut in window:  # an abandoned stream must not leave fetches running
+                fut.cancel()
 
     def _fetch_footers(self, files: list[DataFile]) -> list[FooterInfo]:
         return fetch_all(lambda f: self._footers.get(self._store, f), files)
@@ -343,9 +445,15 @@ class Scan(ArrowExport):
     def _units(self) -> Iterator[tuple[FileTask, list[int]]]:
         """Work units: runs of a file's row groups, each at most ``UNIT_BYTES`` of
         column chunks, and small enough that there are about two units per scan
-        thread (so every core decodes), but not below ``MIN_UNIT_BYTES``."""
-        tasks = self.plan().tasks
-        total = sum(t.bytes_to_read for t in tasks)
+        thread (so every core decodes), but not below ``MIN_UNIT_BYTES``.  An
+        unfiltered scan of a snapshot streams its tasks (footers fetched as it
+        goes), sizing units by the snapshot's stored bytes instead of the plan's."""
+        tasks: Iterable[FileTask]
+        if self._plan is None and self._streams:
+            tasks, total = self._tasks(), self.snapshot.manifest.totals.bytes
+        else:
+            tasks = self.plan().tasks
+            total = sum(t.bytes_to_read for t in tasks)
         limit = min(UNIT_BYTES, max(MIN_UNIT_BYTES, total // (2 * threads())))
         for t in tasks:
             col_idx = t.column_indexes
@@ -453,12 +561,15 @@ class Scan(ArrowExport):
             yield task, self._read_unit(task, groups, with_positions=True)
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        units = list(self._units())
-        if len(units) == 1:  # nothing to overlap: read inline, no thread hand-off
-            yield from self._read_unit(*units[0]).to_batches()
+        """Stream the rows; the first batch waits only for the first work unit's
+        footer and chunks (footers further on are fetched as the stream advances)."""
+        units = self._units()
+        first = list(itertools.islice(units, 2))
+        if len(first) == 1:  # nothing to overlap: read inline, no thread hand-off
+            yield from self._read_unit(*first[0]).to_batches()
             return
         window: deque[Future[pa.Table]] = deque()
-        pending = iter(units)
+        pending = itertools.chain(first, units)
         # Units never wait on other units, so one process-wide pool cannot deadlock.
         n = threads()
         pool = shared_pool("scan", n)
@@ -490,6 +601,19 @@ class Scan(ArrowExport):
 
     def count(self) -> int:
         return sum(b.num_rows for b in self.to_batches())
+
+
+def summary_matcher(bound: BoundExpr, *, schema: TableSchema) -> MightMatch:
+    """Whether a segment or block whose entries' merged statistics are ``stats``
+    may hold a row ``bound`` matches: the same soundness rules as a single file."""
+    fields = [f for f in schema.fields if f.name in referenced_columns(bound)]
+
+    def check(stats: Stats, rows: int, where: str) -> bool:
+        cols = {fld.name: column_stats(stats[fld.id], fld.arrow_type, key=where, path=where,
+                                       column=fld.name)
+                for fld in fields if fld.id in stats}
+        return bool(might_match(bound, cols, rows))
+    return check
 
 
 def drop_deleted(table: pa.Table, keep: np.ndarray) -> pa.Table:

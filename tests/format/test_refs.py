@@ -12,6 +12,7 @@ from caslake.errors import (
     InvalidRefName,
     UnsupportedFormatVersion,
 )
+from caslake.format import FORMAT_VERSION
 from caslake.format.keys import POINTER_KEY
 from caslake.format.refs import (
     BRANCH_PREFIX,
@@ -112,7 +113,7 @@ def test_garbage_tags_are_corrupt_metadata(raw: bytes) -> None:
 
 def test_newer_ref_format_is_refused() -> None:
     doc = _tag_doc()
-    doc["format_version"] = 3
+    doc["format_version"] = FORMAT_VERSION + 1
     with pytest.raises(UnsupportedFormatVersion):
         parse_tag(json.dumps(doc).encode(), tag_key("q3"))
 

@@ -14,7 +14,13 @@ import caslake
 from caslake.api import Table
 from caslake.cli import main as cli_main
 from caslake.errors import CaslakeError, InvalidArgument, VersionNotFound
-from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, TOMBSTONE_PREFIX, data_file_key
+from caslake.format.keys import (
+    DATA_PREFIX,
+    MANIFEST_PREFIX,
+    SEGMENT_PREFIX,
+    TOMBSTONE_PREFIX,
+    data_file_key,
+)
 from caslake.maintenance.verify import verify_table
 from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
@@ -31,7 +37,7 @@ def rows(lo: int, hi: int) -> pa.Table:
 
 
 def all_keys(store: ObjectStore) -> set[str]:
-    return {m.key for p in (MANIFEST_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
+    return {m.key for p in (MANIFEST_PREFIX, SEGMENT_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
             for m in store.list(p)}
 
 

@@ -149,3 +149,21 @@ def test_cli_purge_expire(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     out = json.loads(capsys.readouterr().out)
     assert out["expired_below"] == out["version"] and out["expiry"]["deleted"]
     assert leaks(open_store(uri)) == []
+
+
+def test_purge_with_expire_leaves_no_value_in_segment_objects() -> None:
+    """The same, on a table whose entries live in several segment objects (lowered
+    fold thresholds): entry statistics and segment summaries hold the value too,
+    so the purge rewrites every segment holding a removed entry."""
+    from caslake.format.keys import SEGMENT_PREFIX
+    from tests.conftest import segment_thresholds
+    with segment_thresholds():
+        t, expected = build(f"memory://{uuid.uuid4().hex}", {})
+        assert any(k.startswith(SEGMENT_PREFIX) for k in leaks(t.store))  # values in play
+        report = t.purge(WHERE, expire=True)
+        assert not report.noop
+        assert leaks(t.store) == []
+        assert sorted(t.to_arrow().column("id").to_pylist()) == expected
+        assert sorted(t.scan(where="id < 150").to_arrow().column("id").to_pylist()) == [
+            i for i in expected if i < 150]
+        assert verify_table(t.store, deep=True, all_versions=True).ok

@@ -62,7 +62,7 @@ from caslake.errors import (
     RefNotFound,
     TableNotFound,
 )
-from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, data_file_key
+from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, data_file_key
 from caslake.format.refs import HOLD_PREFIX
 from caslake.maintenance.verify import verify_table
 from caslake.store import ObjectStore, open_store
@@ -84,7 +84,7 @@ SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
 WRITE = caslake.WriteOptions(target_file_size=4_000, row_group_size=1_200)
 FAST = CommitPolicy(max_attempts=20, base_backoff_s=0.0001, max_backoff_s=0.001,
                     settle_attempts=3)
-PREFIXES = ("data/", "tombstone/", MANIFEST_PREFIX)
+PREFIXES = ("data/", "tombstone/", MANIFEST_PREFIX, SEGMENT_PREFIX)
 DEAD_CALLS = 1_000  # more calls than any operation here makes: a dead process stays dead
 
 Row = tuple[int, str | None, float | None]

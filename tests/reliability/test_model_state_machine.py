@@ -166,6 +166,7 @@ class Stats:
 
     def __init__(self) -> None:
         self.outcomes: dict[str, int] = {}
+        self.segment_versions = 0  # checks made on a version with 2+ segment objects
 
     def add(self, label: str) -> None:
         self.outcomes[label] = self.outcomes.get(label, 0) + 1
@@ -531,6 +532,9 @@ class TableMachine(RuleBasedStateMachine):
         rows = table_rows(self.observer.scan().to_arrow())
         assert self.observer.version == len(self.model) - 1
         assert rows == self.current
+        segments = self.observer.snapshot.manifest.segments
+        if sum(s.is_object for s in segments) >= 2:
+            self.stats.segment_versions += 1  # segment statistics really were in play
 
     @invariant()
     def acknowledged_commits_are_visible(self) -> None:
@@ -588,12 +592,15 @@ MEMORY_LAYOUT = caslake.WriteOptions(target_file_size=2_500, row_group_size=1)
 S3_LAYOUT = caslake.WriteOptions(target_file_size=3_000, row_group_size=50)
 
 
-def test_model_memory() -> None:
+def test_model_memory(small_segments: None) -> None:
+    """With fold thresholds lowered, so versions hold several segment objects whose
+    statistics summaries the reads prune by."""
     machine, stats = machine_for(lambda: f"memory://{uuid.uuid4().hex}", None, MEMORY_LAYOUT)
     run_state_machine_as_test(machine, settings=settings(
         max_examples=100, stateful_step_count=25, deadline=None, database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
     check_faults_fired(stats)
+    assert stats.segment_versions > 0
 
 
 @pytest.mark.s3

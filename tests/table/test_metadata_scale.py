@@ -47,7 +47,7 @@ def test_many_single_file_commits_keep_a_small_root() -> None:
     assert m.totals.files == n and m.totals.rows == 10 * n
     # The root lists O(FANOUT * log n) segments and a bounded inline list.
     assert len(m.segments) <= FANOUT * 3
-    assert any(s.file_count > INLINE_LIMIT * FANOUT for s in m.segments)  # folds happened
+    assert any(s.file_count >= INLINE_LIMIT * FANOUT for s in m.segments)  # folds happened
     assert len(m.files) <= INLINE_LIMIT * FANOUT * FANOUT
     # A typical commit writes no more at 1,500 files than at 100 (folds are amortised).
     early, late = statistics.median(root_bytes[50:150]), statistics.median(root_bytes[-100:])
@@ -78,8 +78,8 @@ def test_removals_into_segments_are_exact_and_cleaned_by_folds() -> None:
     assert m.totals.files == len(model)
     assert m.totals.bytes == sum(f.size for f in model.values())
     # Invariant: `removed` names only files that live in a referenced segment.
-    in_segments = {f.path for s in t.io.load_manifests(x.manifest for x in m.segments)
-                   for f in s.files}
+    in_segments = {f.path for s in t.io.segment_entries(m.segments, where=t.snapshot.key)
+                   for f in s}
     assert m.removed <= in_segments
     assert not (m.removed & {f.path for f in m.files})
 
@@ -87,8 +87,31 @@ def test_removals_into_segments_are_exact_and_cleaned_by_folds() -> None:
 def test_appending_real_files_costs_constant_puts_as_metadata_grows() -> None:
     t = caslake.create_table(f"memory://{uuid.uuid4().hex}", SCHEMA)
     commit(t, [fake_file(i) for i in range(5000)])  # a big table's worth of entries
+    t.append(pa.table({"id": pa.array([0], pa.int64())}))  # spills them into a segment object
     t.refresh()
     t.store.counters.reset()
     res = t.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
     assert res.requests[PUT] == 3
-    assert t.scan(version=res.version).snapshot.manifest.totals.files == 5001
+    assert t.scan(version=res.version).snapshot.manifest.totals.files == 5002
+
+
+def test_segment_tiers_cascade_with_chunked_commits() -> None:
+    """Commits of more than INLINE_LIMIT entries each write their own segment: the
+    folds must still cascade to the higher tiers (a rule that looked only at the
+    last FANOUT segments stopped one tier up, and the root grew linearly)."""
+    from tests.conftest import segment_thresholds
+    with segment_thresholds(inline=2, fanout=2, block=2):
+        from caslake.table import changes
+        t = caslake.create_table(f"memory://{uuid.uuid4().hex}", SCHEMA)
+        for c in range(64):
+            commit(t, [fake_file(c * 3 + k) for k in range(3)])  # 3 > INLINE_LIMIT (2)
+        m = t.refresh().snapshot.manifest
+        tiers = [changes._level(s.file_count) for s in m.segments]
+        assert m.totals.files == 192
+        assert max(tiers) > changes.MAX_FOLD_LEVEL, tiers  # merged up to the top tier
+        top = changes.MAX_FOLD_LEVEL + 1
+        # below the top tier, fewer than FANOUT of each tier wait for a merge; top-tier
+        # segments (never merged further) hold INLINE_LIMIT * FANOUT**top entries or more
+        assert sum(x < top for x in tiers) <= (changes.FANOUT - 1) * top + 1, tiers
+        assert sum(x >= top for x in tiers) <= 192 // (2 * 2**top), tiers
+        assert sorted(live_paths(t)) == sorted(fake_file(i).path for i in range(192))

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import caslake
 from caslake.table.write import WriteOptions
+from tests.conftest import segment_thresholds
 from tests.expr.reference import (
     SCHEMA,
     Pred,
@@ -40,6 +41,33 @@ def _nan_safe(rows: list[dict[str, object]]) -> list[dict[str, object]]:
        rg_bytes=st.sampled_from([1, 300, 1 << 20]), store=st.sampled_from(["memory", "local"]))
 def test_scan_where_equals_oracle(tmp_path_factory, data: pa.Table, pred: Pred,  # type: ignore[no-untyped-def]
                                   cuts: list[int], rg_bytes: int, store: str) -> None:
+    check_scan_where(tmp_path_factory, data, pred, cuts, rg_bytes, store)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=tables(max_rows=40), pred=predicates(),
+       cuts=st.lists(st.integers(0, 40), min_size=6, max_size=14),
+       rg_bytes=st.sampled_from([1, 1 << 20]), store=st.sampled_from(["memory", "local"]),
+       sort=st.booleans())
+def test_scan_where_equals_oracle_through_segments(tmp_path_factory, data: pa.Table,  # type: ignore[no-untyped-def]
+                                                   pred: Pred, cuts: list[int], rg_bytes: int,
+                                                   store: str, sort: bool) -> None:
+    """The same, on tables of many files held in several segment objects of several
+    blocks (lowered fold thresholds), so segment and block summaries prune too;
+    ``sort`` appends the rows in key order, so the summaries are narrow."""
+    if sort:
+        data = data.sort_by([(data.schema.names[0], "ascending")])
+    with segment_thresholds():
+        table = check_scan_where(tmp_path_factory, data, pred, cuts, rg_bytes, store)
+    if len({min(c, data.num_rows) for c in cuts} - {0, data.num_rows}) >= 5:
+        # 6+ files: segment objects (folds may have merged them) of 2+ blocks each
+        held = [s for s in table.snapshot.manifest.segments if s.is_object]
+        assert held and sum(s.file_count for s in held) >= 4
+
+
+def check_scan_where(tmp_path_factory, data: pa.Table, pred: Pred, cuts: list[int],  # type: ignore[no-untyped-def]
+                     rg_bytes: int, store: str) -> caslake.Table:
     with_ids = data.append_column(ROW, pa.array(range(data.num_rows), pa.int64()))
     uri = (f"memory://{uuid.uuid4().hex}" if store == "memory"
            else str(tmp_path_factory.mktemp("scanprop") / "t"))
@@ -67,3 +95,4 @@ def test_scan_where_equals_oracle(tmp_path_factory, data: pa.Table, pred: Pred, 
     got_rows = full.drop_columns([ROW])
     assert got_rows.schema.equals(SCHEMA), got_rows.schema
     assert _nan_safe(got_rows.to_pylist()) == _nan_safe(expected.to_pylist())
+    return table
