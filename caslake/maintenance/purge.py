@@ -488,6 +488,7 @@ def purge(ctx: TableContext, where: str | Expr, *, dry_run: bool = False,
 def _purge(ctx: TableContext, where: str | Expr, dry_run: bool, progress: Progress | None,
            fingerprint: str, started: dict[str, int], max_replans: int, *,
            fold: bool = False) -> PurgeReport:
+    tried = 0  # commit attempts of the plans a concurrent change made stale
     for attempt in range(max_replans + 1):
         base = ctx.refresh()
         plan = _plan(ctx, base, where)
@@ -498,7 +499,7 @@ def _purge(ctx: TableContext, where: str | Expr, dry_run: bool, progress: Progre
                        for fp in plan.files]
             noop_result(ctx, PURGE, base, started=started)
             return _report(ctx, started, base.version, None, planned, fingerprint,
-                           noop=not plan.files, dry_run=dry_run, attempts=0)
+                           noop=not plan.files, dry_run=dry_run, attempts=tried)
         built: list[_Built] = []
         try:
             for n, fp in enumerate(plan.files, 1):
@@ -507,8 +508,9 @@ def _purge(ctx: TableContext, where: str | Expr, dry_run: bool, progress: Progre
                     progress("file", n, len(plan.files))
             commit_id, snapshot, attempts = _commit(ctx, plan, built, fingerprint, started,
                                                     fold)
-        except ConcurrentModification:
+        except ConcurrentModification as conflict:
             _discard(ctx.store, built)
+            tried += max(conflict.attempts, 1)
             if attempt == max_replans:
                 raise
             continue  # a purged file changed under us: plan again on the new version
@@ -517,7 +519,7 @@ def _purge(ctx: TableContext, where: str | Expr, dry_run: bool, progress: Progre
                 _discard(ctx.store, built)
             raise
         return _report(ctx, started, snapshot.version, commit_id, built, fingerprint,
-                       noop=False, dry_run=False, attempts=attempts + attempt)
+                       noop=False, dry_run=False, attempts=attempts + tried)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

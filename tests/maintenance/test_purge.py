@@ -224,6 +224,29 @@ def test_a_concurrent_delete_on_the_purged_file_is_never_lost(
     assert report.attempts >= 1
 
 
+def test_a_purge_whose_file_a_concurrent_delete_emptied_is_a_noop_that_counts_its_try(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    t = caslake.create_table("memory://", SCHEMA)
+    t.append(rows(10, 8))
+    t.append(pa.table({"id": [99], "user": ["keep"], "blob": [b"x"]}, schema=SCHEMA))
+    other = Table.load(t.store)
+    real_commit = purge_mod._commit
+    calls = {"n": 0}
+
+    def commit_after_a_delete(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            other.delete("id < 10")  # every row of the purged file: it leaves the table
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(purge_mod, "_commit", commit_after_a_delete)
+    version = other.refresh().version
+    report = t.purge("id < 10")
+    assert calls["n"] == 1 and report.noop and t.refresh().version == version + 1
+    assert report.attempts >= 1  # the stale plan's commit was tried, and it lost
+    assert t.to_arrow()["id"].to_pylist() == [99]
+
+
 def test_progress_is_reported(table: Table) -> None:
     seen: list[tuple[str, int, int]] = []
     table.purge("user = 'user7'", progress=lambda *a: seen.append(a))

@@ -307,7 +307,9 @@ class TableMachine(RuleBasedStateMachine):
 
         if race is not None and fired:
             assert res is not None, f"{name} lost a plain race: {error!r}"
-            assert res.attempts >= 2, res
+            # It lost one CAS; then it either committed again, or re-planned on the new
+            # version and found nothing left to do (a purge whose file the race emptied).
+            assert res.attempts >= (1 if res.noop else 2), res
             (other,) = race_results
             effect = self._adopt_race(race, other, effect_of, manifests_before)
             old_version = len(self.model) - 1
