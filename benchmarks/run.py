@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import core, deletes, metadata, purge, scan_paths, tpch
+from benchmarks import core, deletes, metadata, purge, scan_paths, segment_width, tpch
 from benchmarks import dataset as dataset_bench
 from benchmarks import export as export_bench
 from benchmarks import spark as spark_bench
@@ -15,6 +15,7 @@ def main() -> int:
     core.main(quick=quick)
     deletes.main(quick=quick)
     metadata.main(quick=quick)
+    segment_width.main(1000 if quick else 3000)
     purge.main(quick=quick)
     export_bench.main(quick=quick)
     dataset_bench.main(quick=quick)
