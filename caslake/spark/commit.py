@@ -48,7 +48,7 @@ from caslake.store.base import ObjectStore
 from caslake.table.changes import txn_applied, write_prepare
 from caslake.table.commit import CommitOutcome, commit_with_retry, find_commit, settle
 from caslake.table.metadata_io import MetadataIO
-from caslake.table.requirements import write_requirements
+from caslake.table.requirements import UploadsNotCollected, write_requirements
 
 log = logging.getLogger(__name__)
 
@@ -120,14 +120,16 @@ def _delete(store: ObjectStore, files: Sequence[DataFile]) -> None:
 def commit_files(store: ObjectStore, *, uri: str, storage_options: dict[str, str],
                  schema: TableSchema, files: Sequence[DataFile], start_version: int | None,
                  commit_id: str, overwrite: bool, txn: tuple[str, int] | None,
-                 params: dict[str, str]) -> CommitOutcome:
+                 params: dict[str, str], started_at_ms: int | None = None) -> CommitOutcome:
     """Commit ``files`` (written with ``schema``) as exactly one version.
 
     ``start_version``: the version the write was planned against (None: there was
     no table; it is created first).  An overwrite conflicts with any commit since.
     ``txn``: if it already landed, no version is created and ``files`` are deleted
-    (nothing can reference them).  See the module docstring for the state kept
-    for ``abort``."""
+    (nothing can reference them).  ``started_at_ms``: when the first task began
+    uploading; the commit is refused (``WriterOutlivedGc``) if gc has since collected
+    objects uploaded after it.  See the module docstring for the state kept for
+    ``abort``."""
     after = -1 if start_version is None else start_version
     _record(commit_id, OpenCommit(after, None))
     operation = "overwrite" if overwrite else "append"
@@ -145,6 +147,8 @@ def commit_files(store: ObjectStore, *, uri: str, storage_options: dict[str, str
         prepare = write_prepare(operation, files, remove_all=overwrite, txn=txn, params=params)
         requirements = write_requirements(operation, schema, txn=txn,
                                           base_version=required if overwrite else None)
+        if started_at_ms is not None and files:
+            requirements = (*requirements, UploadsNotCollected(started_at_ms, operation))
         outcome = commit_with_retry(MetadataIO(store), prepare, requirements=requirements,
                                     commit_id=commit_id)
     except CommitOutcomeUnknown as e:

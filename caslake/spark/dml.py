@@ -279,6 +279,7 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
             raise SchemaMismatch(f"column {f.name!r} ({f.type}, not null) is missing from "
                                  "the data", column=f.name, expected=str(f.type))
     _refuse_duplicate_keys(df, keys)
+    started = table.context.meter()  # before the tasks upload: gc's fence counts from here
     # Checks df's columns against the table before any task runs.
     writer = WriteTarget(uri, dict(storage_options or {}), df.schema)
     entries = df.mapInArrow(functools.partial(_written_files, writer, new_token()),
@@ -306,7 +307,7 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
                 first_plan_failed = plans == 1
                 raise
 
-        tx = Transaction(table.context, planner=planner)
+        tx = Transaction(table.context, planner=planner, started=started)
         tx.stage("upsert", files=files, conditions=[cond] if cond is not None else [],
                  params={"key": ",".join(keys), "engine": "spark"})
         provable = False

@@ -34,7 +34,13 @@ from pyspark.sql.types import StructType
 from caslake.errors import InvalidArgument
 from caslake.format.keys import new_token
 from caslake.spark.commit import abort_files, commit_files, forget_commit, stream_commit_id
-from caslake.spark.write import TXN_APP_ID, TXN_VERSION, WriteTarget, message_files
+from caslake.spark.write import (
+    TXN_APP_ID,
+    TXN_VERSION,
+    WriteTarget,
+    message_files,
+    uploads_started,
+)
 from caslake.store.base import ObjectStore
 from caslake.table.changes import check_txn
 
@@ -106,7 +112,8 @@ class CaslakeStreamWriter(DataSourceStreamArrowWriter):
                      storage_options=self.target.storage_options, schema=schema, files=files,
                      start_version=self.target.start_version,
                      commit_id=stream_commit_id(self.app_id, batchId, (f.path for f in files)),
-                     overwrite=self.overwrite, txn=txn, params=params)
+                     overwrite=self.overwrite, txn=txn, params=params,
+                     started_at_ms=uploads_started(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _, files = message_files(messages, self.target.table_schema)

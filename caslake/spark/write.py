@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,7 @@ class CaslakeCommitMessage(WriterCommitMessage):
     files: list[dict[str, Any]] = field(default_factory=list)
     rows: int = 0
     schema: dict[str, Any] | None = None
+    started_at_ms: int | None = None  # the task's clock before its first upload
 
 
 class WriteTarget:
@@ -131,6 +133,7 @@ class WriteTarget:
                    batches: Iterator[pa.RecordBatch]) -> CaslakeCommitMessage:
         """Upload one task's rows as data files (on an executor); on failure remove
         what this task uploaded, since nothing can reference it."""
+        started_at_ms = int(time.time() * 1000)
         schema = table_schema_from_json(self.table_schema)
         target = schema.to_arrow()
         uploaded: list[str] = []
@@ -151,7 +154,15 @@ class WriteTarget:
                     store.delete(key)
             raise
         return CaslakeCommitMessage(job_id, [f.to_json() for f in files],
-                                    sum(f.row_count for f in files), self.table_schema)
+                                    sum(f.row_count for f in files), self.table_schema,
+                                    started_at_ms)
+
+
+def uploads_started(messages: Sequence[WriterCommitMessage | None]) -> int | None:
+    """When the first task that uploaded a file began (ms), for gc's fence."""
+    starts = [m.started_at_ms for m in messages if isinstance(m, CaslakeCommitMessage)
+              and m.files and m.started_at_ms is not None]
+    return min(starts) if starts else None
 
 
 def message_files(messages: Sequence[WriterCommitMessage | None],
@@ -204,7 +215,8 @@ class CaslakeWriter(DataSourceArrowWriter):
         commit_files(self.open_store(), uri=self.target.uri,
                      storage_options=self.target.storage_options, schema=schema, files=files,
                      start_version=self.target.start_version, commit_id=self.job_id,
-                     overwrite=self.overwrite, txn=self.txn, params=params)
+                     overwrite=self.overwrite, txn=self.txn, params=params,
+                     started_at_ms=uploads_started(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _, files = message_files(messages, self.target.table_schema)

@@ -64,9 +64,12 @@ class Transaction:
     requests and bytes it reports count from its creation, uploads included."""
 
     def __init__(self, context: TableContext, *, read_version: int | None = None,
-                 planner: Planner | None = None) -> None:
+                 planner: Planner | None = None, started: dict[str, int] | None = None
+                 ) -> None:
         self._ctx = context
-        self._started = context.meter()
+        # ``started``: ``context.meter()`` taken before files staged here were uploaded
+        # elsewhere (Spark's upsert), so the gc fence and the costs count from then.
+        self._started = started if started is not None else context.meter()
         # How deletes are planned on a base version (``plan_delete``; the Spark
         # delete plugs in one that computes the matching positions on executors).
         self._planner: Planner = planner or plan_delete

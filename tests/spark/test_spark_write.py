@@ -10,6 +10,7 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,8 +28,10 @@ from caslake.errors import (
     InvalidArgument,
     TableNotFound,
     TransientStoreError,
+    WriterOutlivedGc,
 )
 from caslake.format.keys import MANIFEST_PREFIX, POINTER_KEY
+from caslake.maintenance.verify import verify_table
 from caslake.spark import CaslakeDataSource, CaslakeWriter
 from caslake.spark.write import CaslakeCommitMessage
 from caslake.store import ObjectStore, open_store
@@ -267,6 +270,25 @@ def test_abort_after_a_provable_failure_deletes_the_files(spark: SparkSession,
     pickle.loads(pickle.dumps(writer)).abort([message])  # Spark's abort, its own copy
     assert not paths(message) & data_files(uri)
     assert caslake.open_table(uri).version == 2 and ids(uri) == list(range(6))
+
+
+def test_a_job_that_outlived_gc_is_refused_and_references_nothing_collected(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # RELIABILITY.md items 11-13 for Spark jobs: the tasks upload, gc (retention passed)
+    # collects those still-unreferenced files, then the driver commits.
+    uri = str(tmp_path / "t")
+    table = caslake.create_table(uri, SCHEMA)
+    table.append(rows(0, 5))
+    writer = CaslakeWriter(uri, {}, spark_schema(spark), overwrite=False)
+    message = writer.write(iter([batch_of(10, 15)]))
+    report = table.gc(now=datetime.now(UTC) + timedelta(days=30))
+    collected = {k for keys in report.deleted.values() for k in keys}
+    assert paths(message) <= collected  # the task's files are gone
+    version = caslake.open_table(uri).version
+    with pytest.raises(WriterOutlivedGc):
+        pickle.loads(pickle.dumps(writer)).commit([message])
+    assert caslake.open_table(uri).version == version and ids(uri) == list(range(5))
+    assert verify_table(open_store(uri), deep=True).ok
 
 
 def _pointer_faults(put_kind: str) -> tuple[Fault, Fault]:
