@@ -36,6 +36,7 @@ model has; every few steps (and at the end, deep and over all versions)
 from __future__ import annotations
 
 import io
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -464,6 +465,10 @@ class TableMachine(RuleBasedStateMachine):
         head = len(self.model) - 1
         report = self._fresh().purge(pred.sql, expire=True)
         assert report.noop and report.expired_below == head, report
+        # Writers that start before gc's fence are refused; on S3 (whole-second
+        # Last-Modified) the fence can be up to a second ahead of now: wait it out.
+        fence = self.observer.refresh().snapshot.manifest.collected_until_ms
+        time.sleep(max(0.0, fence / 1000 - time.time()) + 0.005)
         self.model.append(self.current)  # the expiry marker
         self.markers.add(len(self.model) - 1)
         self.oldest = head
