@@ -465,10 +465,7 @@ class TableMachine(RuleBasedStateMachine):
         head = len(self.model) - 1
         report = self._fresh().purge(pred.sql, expire=True)
         assert report.noop and report.expired_below == head, report
-        # Writers that start before gc's fence are refused; on S3 (whole-second
-        # Last-Modified) the fence can be up to a second ahead of now: wait it out.
-        fence = self.observer.refresh().snapshot.manifest.collected_until_ms
-        time.sleep(max(0.0, fence / 1000 - time.time()) + 0.005)
+        self._wait_out_fence()
         self.model.append(self.current)  # the expiry marker
         self.markers.add(len(self.model) - 1)
         self.oldest = head
@@ -503,6 +500,14 @@ class TableMachine(RuleBasedStateMachine):
         if self.oldest:
             with pytest.raises(VersionNotFound):
                 self._fresh().scan(version=self.oldest - 1).to_arrow()
+        self._wait_out_fence()
+
+    def _wait_out_fence(self) -> None:
+        """Writers that start before gc's fence are refused (WriterOutlivedGc).  A fault
+        can leave an orphan seconds before gc runs, and on S3 (whole-second
+        Last-Modified) the fence may then be up to a second ahead of now."""
+        fence = self.observer.refresh().snapshot.manifest.collected_until_ms
+        time.sleep(max(0.0, fence / 1000 - time.time()) + 0.005)
 
     # Two rules, so that about one step in five arms a fault for the next write.
     @precondition(lambda self: self.armed is None and self.race is None)
