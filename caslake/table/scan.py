@@ -516,17 +516,29 @@ class Scan(ArrowExport):
                                           ) from None
         try:
             pf = self._open_unit(task, groups)
-            table = pf.read_row_groups(groups, columns=task.columns, use_threads=True)
+        except (OSError, pa.ArrowException) as e:
+            raise CorruptMetadata(task.file.path, f"unreadable column data ({e})") from None
+        # One row group at a time: pyarrow's multi-group read concatenates every
+        # column into one buffer (a full copy), and the mask and filter then run
+        # on a group's rows while they are fresh, each output its own chunk.
+        parts = [self._read_group(pf, task, span, with_positions) for span in task.spans(groups)]
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+    def _read_group(self, pf: pq.ParquetFile, task: FileTask, span: tuple[int, int, int],
+                    with_positions: bool) -> pa.Table:
+        """Decode one row group of ``pf`` and finish it (see :meth:`_finish`)."""
+        rg, _, rows = span
+        try:
+            table = pf.read_row_group(rg, columns=task.columns, use_threads=True)
         except (OSError, pa.ArrowException) as e:
             raise CorruptMetadata(task.file.path, f"unreadable column data ({e})") from None
         if task.evolved:
             table = _present(table, task, self._arrow_schema)
         table = _cast_to(table, self._arrow_schema, task.table_columns, task.file.path)
-        spans = task.spans(groups)
-        if table.num_rows != sum(n for _, _, n in spans):
+        if table.num_rows != rows:
             raise CorruptMetadata(task.file.path, f"decoded {table.num_rows} rows where the "
-                                  f"footer promises {sum(n for _, _, n in spans)}")
-        return self._finish(table, task.mask, spans, with_positions)
+                                  f"footer promises {rows}")
+        return self._finish(table, task.mask, [span], with_positions)
 
     def _finish(self, table: pa.Table, mask: DeletionMask | None,
                 spans: list[tuple[int, int, int]], with_positions: bool) -> pa.Table:
