@@ -1,6 +1,7 @@
 """``import caslake`` stays cheap: it never loads sqlglot (only a SQL string
 predicate needs it), pandas or ``pyarrow.dataset`` (Acero; it imports pandas),
-nor the export and maintenance layers (only their methods need them).
+obstore (only an s3:// table needs it), nor the export and maintenance layers
+(only their methods need them).
 
 A fresh interpreter, so modules another test loaded cannot hide a regression."""
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NEVER_ON_IMPORT = ("sqlglot", "pandas", "pyarrow.dataset", "caslake.export",
+NEVER_ON_IMPORT = ("sqlglot", "pandas", "pyarrow.dataset", "obstore", "caslake.export",
                    "caslake.maintenance")
 
 
