@@ -138,7 +138,8 @@ def _metered_read(p: CaslakePartition, schema: StructType, out_dir: str
             rows += out.num_rows
             yield out
     finally:
-        record = {"file": p.path, "row_groups": len(p.row_groups), "rows": rows,
+        record = {"files": p.paths, "row_groups": sum(map(len, p.row_groups.values())),
+                  "rows": rows,
                   "pid": os.getpid(), **store.counters.snapshot()}
         Path(out_dir, f"{uuid.uuid4().hex}.json").write_text(json.dumps(record))
 
