@@ -27,7 +27,7 @@ from caslake.table.write import WriteOptions
 
 pytestmark = pytest.mark.spark
 
-SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
+SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string())])
 
 
 def _rows(lo: int, hi: int) -> pa.Table:
