@@ -27,7 +27,8 @@ from caslake.table.write import WriteOptions
 
 pytestmark = pytest.mark.spark
 
-SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string())])
+_COLUMNS: list[tuple[str, pa.DataType]] = [("id", pa.int64()), ("s", pa.string())]
+SCHEMA = pa.schema(_COLUMNS)
 
 
 def _rows(lo: int, hi: int) -> pa.Table:
