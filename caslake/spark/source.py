@@ -17,8 +17,10 @@ Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``
 restarts.  Commit and abort rules: :mod:`caslake.spark.commit`.
 
 Options: ``storage_options`` (a JSON object) and ``storage.<key>`` (one each);
-for reads also ``version``, ``timestamp`` (ISO-8601 or epoch milliseconds)
-and ``columns`` (a comma list narrowing the schema).
+for reads also ``version``, ``timestamp`` (ISO-8601 or epoch milliseconds),
+``columns`` (a comma list narrowing the schema) and ``minPartitions`` (the
+cores to spread a read over, as Spark's ``spark.sql.files.minPartitionNum``;
+default: the planning process's cores, which is Spark's default in local mode).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ SOURCE_NAME = "caslake"
 MAX_SPLIT_BYTES = 128 * 1024 * 1024
 OPEN_COST_BYTES = 4 * 1024 * 1024
 READ_BATCH_ROWS = 65_536
+MIN_PARTITIONS = "minPartitions"  # read option: the cores to spread a read over
 
 
 def default_parallelism() -> int:
@@ -117,6 +120,7 @@ class ReadOptions:
     version: int | None = None
     timestamp: str | int | None = None
     columns: list[str] | None = None
+    min_partitions: int | None = None  # None: default_parallelism() of the planner
 
     @staticmethod
     def parse(options: Mapping[str, str]) -> ReadOptions:
@@ -138,7 +142,18 @@ class ReadOptions:
         columns = None
         if options.get("columns"):
             columns = [c.strip() for c in options["columns"].split(",") if c.strip()]
-        return ReadOptions(uri, storage_options_from(options), version, ts, columns)
+        min_partitions: int | None = None
+        raw = options.get(MIN_PARTITIONS)
+        if raw not in (None, ""):
+            try:
+                min_partitions = int(str(raw))
+            except ValueError:
+                min_partitions = 0
+            if min_partitions < 1:
+                raise InvalidArgument(f"option {MIN_PARTITIONS} must be an integer >= 1, "
+                                      f"not {raw!r}")
+        return ReadOptions(uri, storage_options_from(options), version, ts, columns,
+                           min_partitions)
 
 
 # --- reading ----------------------------------------------------------------------
@@ -273,7 +288,7 @@ class CaslakeReader(DataSourceReader):
                     f"but the read expects {f.dataType.simpleString()} (the table changed "
                     "since the schema was read: load it again)", column=f.name)
         self.where: Expr | None = None
-        self.parallelism = default_parallelism()
+        self.parallelism = options.min_partitions or default_parallelism()
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:
         arrow = self.table_schema.to_arrow()
@@ -329,7 +344,7 @@ class CaslakeDataSource(DataSource):
         uri = self.options.get("path")
         if not uri:
             raise InvalidArgument("caslake needs the table URI: .save(uri) or .start(uri)")
-        for opt in ("version", "timestamp", "columns"):
+        for opt in ("version", "timestamp", "columns", MIN_PARTITIONS):
             if self.options.get(opt):
                 raise InvalidArgument(f"option {opt} only applies to reads")
         return str(uri)

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import caslake
+from caslake.errors import InvalidArgument
 from caslake.spark.source import (
     CaslakeDataSource,
     CaslakePartition,
@@ -38,10 +39,8 @@ def _rows(lo: int, hi: int) -> pa.Table:
 
 
 def _reader(uri: str, cores: int) -> CaslakeReader:
-    ds = CaslakeDataSource({"path": uri})
-    reader = ds.reader(ds.schema())
-    reader.parallelism = cores
-    return reader
+    ds = CaslakeDataSource({"path": uri, "minPartitions": str(cores)})
+    return ds.reader(ds.schema())
 
 
 def _parts(reader: CaslakeReader) -> list[CaslakePartition]:
@@ -119,3 +118,12 @@ def test_split_bytes_follows_spark_file_partitioning() -> None:
 
 def test_plan_partitions_needs_tasks() -> None:
     assert plan_partitions([], cores=2) == []
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "two", "1.5"])
+def test_min_partitions_must_be_a_positive_integer(tmp_path: Path, bad: str) -> None:
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA)
+    with pytest.raises(InvalidArgument, match="minPartitions"):
+        CaslakeDataSource({"path": uri, "minPartitions": bad}).reader(
+            CaslakeDataSource({"path": uri}).schema())
