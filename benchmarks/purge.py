@@ -1,4 +1,4 @@
-"""Purge benchmark: row-group splice vs whole-file rewrite, on moto S3.
+"""Purge benchmark: row-group splice vs whole-file rewrite, on moto S3 (and s3rver).
 
 One table per case on a local moto server, holding one Parquet file with 16 MiB
 row groups (incompressible payload, ``id`` sorted).  The rows of one user are
@@ -14,22 +14,66 @@ uploaded, >= 3x faster), 256 MiB with rows in three groups, and 1 GiB with rows 
 one group.  ``--quick``: 64 MiB files with 8 MiB groups.  Bytes are the store's
 counters (uploaded = client -> S3, downloaded = S3 -> client, copied = inside S3).
 
-Where purge's time goes on moto (256 MiB, one group; phases timed by wrapping
-``caslake.maintenance.purge`` and the multipart calls, 2026-11-23, a 2-core machine
-at load 10+): planning 1.1-1.5 s (footer, the predicate column of the one group
-statistics leave, the thrift footer), range GET of the 16 MiB group 0.7-1.0 s,
-decode + re-encode 0.3-0.7 s, and ``compose`` 7.9-11 s, of which the two
-UploadPartCopy parts take 5-8 s and CompleteMultipartUpload 3.7-4.4 s.  moto
-emulates the server-side copy in Python: every UploadPartCopy reads the *whole*
-source object (``FakeKey.value``, under the key's lock, so the two copies run one
-after the other), slices it, and writes and MD5s the part; Complete reads every
-part back and concatenates the whole object.  That is ~6x the file size of memory
-traffic on the server for a purge, against ~2x for the whole-file GET + PUT of the
-rewrite, so on moto the splice saves the transfer but not the server's copying:
-the 3x speed goal is out of reach there whatever the client does (the client's
-own work is ~2.5 s of 7-14 s).  Measured the same day, same machine: purge
-7.0-10.8 s against a rewrite of 6.4-7.7 s (0.6-1.1x; main's code measured the
-same), 16x fewer bytes uploaded.  On S3 the copy happens inside the service.
+Since 2026-11-23 the headline case runs three rounds (purge and rewrite interleaved,
+each on fresh buckets; medians reported), and an optional section runs it against
+s3rver (``$CASLAKE_BENCH_S3RVER``: a directory where ``npm install
+@20minutes/s3rver@5.0.0`` was run, and ``node`` on PATH), a Node.js server whose
+UploadPartCopy streams the range file to file instead of moto's Python copy.  It
+ignores conditional headers, so it serves this single-writer benchmark only.  No
+S3 server with a native (Go, Rust, C++) UploadPartCopy is installable here from
+PyPI, npm or Debian apt without a cluster (MinIO, SeaweedFS, Garage, RustFS are not
+packaged; Debian's ``radosgw`` 16.2 needs a Ceph monitor and OSDs).
+
+**Measurements, 2026-11-23, 2 cores shared with four other sessions** (256 MiB,
+rows in one 16 MiB group; the machine was never quiet, so CPU seconds of the moto
+server process and of the client are given besides wall times, which the load
+swamps):
+
+* Before (main at d6d0a73; the coordinator's run at 03:50, load 2 -> 10, one round):
+  purge 3.92 s vs rewrite 3.47 s (0.88x); 3 groups 5.22 vs 3.81 s; 1 GiB 20.9 vs
+  52.3 s.
+* Where purge's time went (main, phases timed by wrapping ``maintenance.purge`` and
+  the multipart calls, load 9-13): planning 0.9-1.0 s = three ranged GETs of 40-70
+  KiB at 0.3 s each (moto reads the *whole* 256 MiB object for every ranged GET:
+  ~0.2 s of server CPU apiece): the footer, the predicate column of the one group
+  statistics leave, and the footer *again* for the thrift decode; GET of the 16
+  MiB group 0.5 s; decode + re-encode + footer rebuild 0.35-0.7 s; creating the
+  boto3 client 0.4-0.7 s (import, S3 model JSON); the two UploadPartCopy parts and
+  the re-encoded part 3-5 s, run one after the other because our moto wrapper
+  serialised every PUT; CompleteMultipartUpload 3.4-5.1 s wall, 1.4-1.9 s of
+  server CPU; HEAD-after and commit < 0.1 s.
+* Changed (client side): the thrift footer comes from the footer cache the planning
+  scan fills (one ranged GET fewer); the multipart client is made from one boto3
+  session per process and set up on a store thread while the touched groups are
+  downloaded and re-encoded (``ObjectStore.prepare_compose``): its 0.4-0.7 s left
+  the critical path.  Server side, ``caslake.testing.atomic_moto`` no longer
+  serialises UploadPart/UploadPartCopy (they check no condition; real S3 runs
+  them in parallel); the Complete and every conditional write still are.  Raising
+  moto's ``MOTO_S3_DEFAULT_KEY_BUFFER_SIZE`` (objects above 5 MiB spill to a temp
+  file) to 2 GiB was measured and not kept: it moved neither side (below).
+* After, same run, fresh process and server per round, three variants interleaved,
+  medians of 3 (04:18-04:30, load 4.7-11.2): main purge 14.9 s / rewrite 10.4 s,
+  median rewrite/purge 0.64; this code 8.3 / 11.3 s, 1.37; this code with the 2 GiB
+  key buffer 12.4 / 15.2 s, 0.99.  CPU seconds (server + client): main purge 3.74
+  + 0.62, rewrite 2.06 + 2.52; this code purge 3.49 + 0.59, rewrite 1.79 + 2.80;
+  2 GiB buffer purge 3.37 + 0.62, rewrite 1.45 + 2.48.  ``python -m
+  benchmarks.purge`` at 04:27 (load 9.4-12): 256 MiB one group 9.63 vs 10.42 s
+  (median of 3 rounds, rewrite/purge 1.08); three groups 13.5 vs 7.6 s; 1 GiB 48.0
+  vs 49.5 s; s3rver, 256 MiB one group 7.51 vs 13.11 s (1.53).  Bytes: 15.8 MiB
+  uploaded and 15.9 MiB downloaded against 253.4 MiB each way (16x fewer uploaded).
+
+**Why the 3x goal is out of reach on moto, whatever the client does:** the rewrite
+costs 4.3-4.6 CPU-seconds in all (its wall on a quiet machine: 3.5 s), the purge
+4.1-4.4, of which 3.4-3.7 are moto's.  moto emulates the server-side copy in Python: every
+UploadPartCopy reads the whole source (``FakeKey.value``), slices it, writes and
+MD5s the part; Complete reads every part back, concatenates the object and writes
+it again.  The Complete alone, one request that cannot be split, takes 1.4-1.9 s
+of server CPU, more than a third of the rewrite's whole wall time, and it can only
+start once every part is in.  So on moto the splice saves the transfer (16x) but
+not the time.  s3rver does the copy with Node streams yet still rewrites every
+byte on disk twice (part files, then the object), and reached 1.5x.  On S3 the
+copy happens inside the service, and parallel parts (which moto now also runs
+concurrently) are the service's work, not the client's.
 """
 
 from __future__ import annotations
