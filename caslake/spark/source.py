@@ -4,11 +4,13 @@ Read: ``spark.read.format("caslake").option(...).load(uri)``.  The reader pins
 one snapshot when the read is planned (its constructor resolves ``version`` /
 ``timestamp`` or the latest version once), plans the scan on the driver with
 the absorbed filters (file and row-group pruning), and hands every executor
-task a :class:`~caslake.table.scan.SnapshotSubset` of one data file (its
-manifest entry, its tombstones, the surviving row groups), the columns and the
-predicate.  The task runs caslake's own Scan on that subset, so deletes and
-the exact row filter apply as in ``Table.scan``; no metadata is re-read on
-executors.
+task a :class:`~caslake.table.scan.SnapshotSubset` (manifest entries, their
+tombstones, the surviving row groups: a run of one large file's row groups, or
+several small files packed together, sized as Spark sizes its own file
+partitions; see :func:`plan_partitions`), the columns and the predicate.  The
+task runs caslake's own Scan on that subset, so deletes and the exact row
+filter apply as in ``Table.scan``; no metadata is re-read on executors.  Tasks
+yield Arrow record batches straight to Spark (no per-row Python).
 
 Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``
 (:mod:`caslake.spark.write`): one table commit per job; options ``txnAppId`` +
