@@ -2,7 +2,7 @@
 payload``; default 5M) into a new caslake table on the local filesystem, against
 the same data written by its peers in the same run:
 
-* ``pq.write_table`` with caslake's settings (zstd level 3, statistics, page
+* ``pq.write_table`` with caslake's settings (its zstd level, statistics, page
   CRC-32s, the same row-group size as caslake's file), the issue's yardstick;
 * ``pq.write_table`` at pyarrow's defaults (snappy, 1M-row groups), for reference;
 * Lance (``lance.write_dataset``) and deltalake (``write_deltalake``), at their defaults.

@@ -44,7 +44,7 @@ from caslake.table.pools import shared_pool, threads
 __all__ = ["SchemaConformer", "WriteOptions", "as_reader", "write_data_files"]
 
 MiB = 1024 * 1024
-ZSTD_DEFAULT_LEVEL = 3  # chosen by measurement on TPC-H lineitem (docs/format.md, Compression)
+ZSTD_DEFAULT_LEVEL = 1  # chosen by measurement (docs/format.md, Compression)
 
 
 @dataclass(frozen=True)
