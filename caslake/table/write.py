@@ -8,6 +8,8 @@ writer each, on the encode pool) and assembled into the file in order.  Each
 batch is conformed to the table schema first (:mod:`caslake.table.coerce`).
 Memory is bounded by one row group of pending rows plus the groups in flight
 (``threads() + 1``, raw and encoded); the file itself is staged on disk.
+A column whose dictionary overflowed in the write's first row group is
+written without one in the later groups.
 """
 
 from __future__ import annotations
@@ -165,8 +167,7 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
     # Columns whose dictionary overflowed in an earlier group of this write
     # (pyarrow then falls back to plain pages): later groups skip the attempt,
     # which saves the CPU of building a dictionary only to drop it, and with
-    # zstd the plain pages are no larger.  Learnt from the footers, so the
-    # groups already in flight when the first comes back still try.
+    # zstd the plain pages are no larger.  Learnt from the first group's footer.
     plain: set[str] = set()
 
     def flush_file() -> None:
@@ -217,7 +218,10 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
             use_dictionary = [n for n in arrow_schema.names if n not in plain] or False
         inflight.append((pool.submit(_encode_group, table, arrow_schema, options,
                                      use_dictionary), table.num_rows))
-        drain(threads())
+        # The write's first group is waited for alone, so that every later group
+        # is encoded knowing which dictionaries overflow (measured: 1M rows
+        # 0.79 -> 0.63 CPU s; at 5M rows no worse).
+        drain(threads() if builder is not None or out else 0)
 
     try:
         batches: Iterator[pa.RecordBatch] = iter(reader if reader is not None else data)
