@@ -16,7 +16,7 @@ process, are:
   the same scan before any delete (the goal is at most 1.15);
 * a **cold** first Q6 in a fresh process (imports done before the clock);
 * **append**: caslake's ``append`` against ``pq.write_table`` with the same
-  settings (zstd 3, page CRCs, statistics, same row-group size) and Lance.
+  settings (zstd at caslake's level, page CRCs, statistics, same row-group size) and Lance.
 
 Every caslake answer is checked against DuckDB on the same Arrow data.
 """
