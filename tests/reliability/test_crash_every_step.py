@@ -694,21 +694,10 @@ def _ref_op_with_faults(tables: Tables, op_name: str, mode: str) -> None:
         where = f"{op_name}/{tables.kind}/{mode} at call {i} of {n}"
         fault = fault_at(mode, i)
         store.faults.append(fault)
-        must_be: str | None = None
-        try:
-            op.run(t)
-            outcome, must_be = "ok", "new"
-        except SimulatedCrash:
-            assert mode == "crash", where
-            outcome = "crash"
-        except CaslakeError as e:
-            assert mode != "crash", where
-            outcome = type(e).__name__
-            if not isinstance(e, CommitOutcomeUnknown):
-                must_be = "old"
+        outcome = run_faulted(op.run, t, mode, where)
         assert fault.fired >= 1, f"{where}: the fault did not fire"
         state = check_after_ref(uri, op, model, where)
-        assert must_be is None or state == must_be, f"{where}: {outcome} but {state}"
+        assert told_the_truth(outcome, state), f"{where}: {outcome} but {state}"
         label = f"{outcome}->{state}"
         outcomes[label] = outcomes.get(label, 0) + 1
     print(f"\n{op_name} [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
@@ -809,25 +798,16 @@ def _run_with_faults(tables: Tables, mode: str, run: Callable[[str, str], object
         setup(uri, target)
         where = f"{name}/{tables.kind}/{mode} at call {i} of {n}"
         fault = fault_at(mode, i)
-        must_be: str | None = None
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(clone_module, "open_store", _faulty_opener(fault, [0]))
-            try:
-                run(uri, target)
-                outcome, must_be = "ok", "done"
-            except SimulatedCrash:
-                assert mode == "crash", where
-                outcome = "crash"
-            except CaslakeError as e:
-                assert mode != "crash", where
-                outcome = type(e).__name__
+            outcome = run_faulted(lambda pair: run(*pair), (uri, target), mode, where)
         assert fault.fired >= 1, f"{where}: the fault did not fire"
         if name == "clone":
             state = _check_clone_after(uri, target, model, where)
-            assert must_be is None or state == "new", where
+            assert outcome != "ok" or state == "new", where
         elif name == "clone_gc":
             state = _check_clone_gc_after(uri, target, model, where)
-            assert must_be is None or state == "released", where
+            assert outcome != "ok" or state == "released", where
         else:  # drop_table: finishing the drop must always be possible
             with contextlib.suppress(TableNotFound):
                 caslake.drop_table(target)
@@ -898,13 +878,8 @@ def test_lost_reply_at_every_store_call_on_s3(s3_tables: Tables, op: str,
         _run_with_faults(s3_tables, mode, lambda s, t: clone_module.drop_table(t),
                          lambda s, t: clone_module.clone(s, t) and None, "drop_table")
     elif op.startswith("export_"):
-        readers = ExportReaders(
-            iceberg={"s3.endpoint": moto_server, "s3.access-key-id": DUMMY_KEY_ID,
-                     "s3.secret-access-key": DUMMY_SECRET, "s3.region": REGION},
-            delta={"AWS_ENDPOINT_URL": moto_server, "AWS_ACCESS_KEY_ID": DUMMY_KEY_ID,
-                   "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET, "AWS_REGION": REGION,
-                   "AWS_ALLOW_HTTP": "true"})
-        run_export_with_faults(s3_tables, op.removeprefix("export_"), mode, readers)
+        run_export_with_faults(s3_tables, op.removeprefix("export_"), mode,
+                               ExportReaders.moto(moto_server))
     else:
         _ref_op_with_faults(s3_tables, op, mode)
 
@@ -924,6 +899,15 @@ class ExportReaders:
 
     iceberg: dict[str, str] | None = None
     delta: dict[str, str] | None = None
+
+    @classmethod
+    def moto(cls, endpoint: str) -> ExportReaders:
+        """pyiceberg's and deltalake's options for the moto server at ``endpoint``."""
+        return cls(iceberg={"s3.endpoint": endpoint, "s3.access-key-id": DUMMY_KEY_ID,
+                            "s3.secret-access-key": DUMMY_SECRET, "s3.region": REGION},
+                   delta={"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": DUMMY_KEY_ID,
+                          "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET, "AWS_REGION": REGION,
+                          "AWS_ALLOW_HTTP": "true"})
 
 
 @dataclass(frozen=True)
