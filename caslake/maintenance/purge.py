@@ -77,7 +77,7 @@ from caslake.format.refs import branch_key
 from caslake.format.schema import TableSchema
 from caslake.format.tombstone import FileDeletes, Tombstone
 from caslake.maintenance.gc import GcReport, collect_garbage
-from caslake.store.base import ComposePart, CopyFrom, ObjectStore, PutMode
+from caslake.store.base import ComposePart, CopyFrom, ObjectStore, PutMode, normalize_etag
 from caslake.table import refs
 from caslake.table.changes import Changes
 from caslake.table.delete import PredicateCondition, check_where, matching_positions
@@ -190,8 +190,17 @@ def _without_tombstones(snap: Snapshot) -> Snapshot:
     return Snapshot(replace(snap.manifest, tombstones=()), snap.key)
 
 
-def _read_footer(store: ObjectStore, f: DataFile) -> Any:
-    tail = _pinned_ranges(store, f, [(f.size - f.footer_size, f.size)])[0]
+def _read_footer(ctx: TableContext, f: DataFile) -> Any:
+    """The thrift footer of ``f``, from the footer cache the planning scan just filled
+    (no second GET); read under another ETag than the committed one (a copied or
+    replaced file) it is refused like any range read pinned to that ETag."""
+    try:
+        info = ctx.footers.get(ctx.store, f)
+    except (PreconditionFailed, NotFound) as exc:
+        raise _replaced(f.path, exc) from exc
+    if normalize_etag(info.etag) != normalize_etag(f.etag):
+        raise _replaced(f.path, f"ETag {info.etag}, committed {f.etag}")
+    tail = info.raw
     length = footer_length(tail, what=f.path)
     if length + 8 != f.footer_size:
         raise CorruptMetadata(f.path, f"footer is {length + 8} bytes; the manifest says "
@@ -209,8 +218,12 @@ def _pinned_ranges(store: ObjectStore, f: DataFile, ranges: list[tuple[int, int]
     try:
         return store.get_ranges(f.path, ranges, etag=f.etag)
     except (PreconditionFailed, NotFound) as exc:
-        raise CorruptMetadata(f.path, "the data file was replaced or removed behind the "
-                                      f"table's back ({exc})") from exc
+        raise _replaced(f.path, exc) from exc
+
+
+def _replaced(path: str, detail: object) -> CorruptMetadata:
+    return CorruptMetadata(path, "the data file was replaced or removed behind the "
+                                 f"table's back ({detail})")
 
 
 def _plan(ctx: TableContext, base: Snapshot, where: str | Expr) -> _Plan:
@@ -224,14 +237,13 @@ def _plan(ctx: TableContext, base: Snapshot, where: str | Expr) -> _Plan:
     except (PreconditionFailed, NotFound) as exc:
         if exc.key not in files_by_path:
             raise
-        raise CorruptMetadata(exc.key, "the data file was replaced or removed behind the "
-                                       f"table's back ({exc})") from exc
+        raise _replaced(exc.key, exc) from exc
     masks = load_masks(store, ctx.tombstones, base.manifest.tombstones, files_by_path,
                        list(found), base.manifest.schema)
     plans: list[_FilePlan] = []
     for path, (task, positions) in sorted(found.items()):
         f = task.file
-        fmd = _read_footer(store, f)
+        fmd = _read_footer(ctx, f)
         deleted = _all_deleted(ctx, bare, f, fmd, masks.get(path))
         starts = list(np.cumsum([0] + [int(rg.num_rows) for rg in fmd.row_groups]))
         touched = sorted({int(np.searchsorted(starts, p, side="right")) - 1 for p in positions})
@@ -278,6 +290,8 @@ def _build(ctx: TableContext, fp: _FilePlan, schema: TableSchema, *, dry_run: bo
     store, f, fmd = ctx.store, fp.file, fp.footer
     starts, rows = fp.starts(), fp.group_rows
     spans = [sp.row_group_span(fmd.row_groups[i]) for i in fp.touched]
+    if not dry_run:
+        store.prepare_compose()  # the S3 multipart client is set up meanwhile
     datas = _pinned_ranges(store, f, spans) if not dry_run else [b""] * len(spans)
     replacements: dict[int, sp.EncodedGroup | None] = {}
     erased = 0

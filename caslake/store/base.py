@@ -280,6 +280,12 @@ class ObjectStore(ABC):
                   if isinstance(p, CopyFrom) else p for p in parts]
         return self.put(dest, b"".join(chunks), mode=PutMode.CREATE)
 
+    def prepare_compose(self) -> None:
+        """A hint that :meth:`compose` will be called soon: a backend may set up what it
+        needs for it (S3: the multipart client) in the background, while the caller
+        is still downloading and encoding.  Never required, never fails."""
+        return  # nothing to prepare: the default compose needs no setup
+
     def list_multipart_uploads(self, prefix: str = "") -> Sequence[MultipartUpload]:
         """Unfinished multipart uploads under ``prefix``; [] on stores without them."""
         return []

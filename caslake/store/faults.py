@@ -166,6 +166,9 @@ class FaultyStore(ObjectStore):
         return self._run("compose", dest,  # type: ignore[return-value]
                          lambda: self.inner.compose(dest, parts))
 
+    def prepare_compose(self) -> None:
+        self.inner.prepare_compose()  # a hint: no request, nothing to inject
+
     def list_multipart_uploads(self, prefix: str = "") -> Sequence[MultipartUpload]:
         return self._run("list_multipart_uploads", prefix,  # type: ignore[return-value]
                          lambda: self.inner.list_multipart_uploads(prefix))

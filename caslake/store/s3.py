@@ -26,6 +26,7 @@ Owns everything caslake does over HTTP against AWS S3, MinIO, R2, moto...:
   counts once; a retry by the Retrier counts again).
 * A lazily created boto3 client (:meth:`S3Store.boto3_client`) is kept for
   the multipart work obstore does not expose; it is not used on the hot path.
+  :meth:`S3Store.prepare_compose` creates it on a store thread ahead of use.
 
 Keys are relative to the URI's prefix.
 """
@@ -356,6 +357,13 @@ def map_obstore_error(exc: BaseException, *, op: Op, key: str | None,
 
 _T = TypeVar("_T")
 
+# One boto3 session for the process: a session loads botocore's S3 model (~0.2 s
+# of JSON parsing) and keeps it, so only the first store's client pays for it.
+# Sessions are not thread-safe; clients made from one are, so creation is locked.
+# (See _new_boto3_client for stores whose credentials are not explicit.)
+_BOTO3_SESSION: Any = None
+_BOTO3_LOCK = threading.Lock()
+
 
 def _static_credentials(settings: S3Settings) -> Callable[[], S3Credential]:
     credential: S3Credential = {
@@ -394,6 +402,7 @@ class S3Store(ObjectStore):
         self._pool: ThreadPoolExecutor | None = None
         self._boto3: S3Client | None = None
         self._lazy_lock = threading.Lock()
+        self._boto3_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"S3Store({self.uri!r}, endpoint={self.settings.endpoint_url!r})"
@@ -478,9 +487,10 @@ class S3Store(ObjectStore):
         made with it are not counted automatically: callers must record them
         in :attr:`counters`.
         """
-        with self._lazy_lock:
+        # Its own lock: creating a client can take a while, and must not hold up
+        # the range-request threads (``_executor`` takes ``_lazy_lock``).
+        with self._boto3_lock:
             if self._boto3 is None:
-                import boto3
                 from botocore.config import Config
 
                 s = self.settings
@@ -498,8 +508,14 @@ class S3Store(ObjectStore):
                     kwargs["aws_access_key_id"] = s.access_key_id
                     kwargs["aws_secret_access_key"] = s.secret_access_key
                     kwargs["aws_session_token"] = s.session_token
-                self._boto3 = boto3.session.Session().client("s3", **kwargs)
+                self._boto3 = _new_boto3_client(kwargs)
             return self._boto3
+
+    def prepare_compose(self) -> None:
+        """Create the multipart client on a store thread (importing boto3 and loading
+        its S3 model take a few hundred ms the first time) while the caller works."""
+        if self._boto3 is None:
+            self._executor().submit(self.boto3_client)  # an error resurfaces on use
 
     def full_key(self, key: str) -> str:
         """The bucket key of ``key`` (prefix joined), for boto3 calls."""
@@ -722,3 +738,20 @@ class S3Store(ObjectStore):
         from caslake.store import s3_multipart
 
         s3_multipart.abort_upload(self, upload)
+
+
+def _new_boto3_client(kwargs: dict[str, Any]) -> S3Client:
+    """A client from the shared session when the credentials are explicit; a session
+    resolves ambient credentials (environment, profile, instance role) once and
+    keeps them, so without explicit ones each store gets a session of its own."""
+    global _BOTO3_SESSION
+    import boto3
+
+    with _BOTO3_LOCK:
+        if "aws_access_key_id" not in kwargs:
+            own: S3Client = boto3.session.Session().client("s3", **kwargs)
+            return own
+        if _BOTO3_SESSION is None:
+            _BOTO3_SESSION = boto3.session.Session()
+        client: S3Client = _BOTO3_SESSION.client("s3", **kwargs)
+        return client

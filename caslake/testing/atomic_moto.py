@@ -12,7 +12,9 @@ from one ETag both answered 200: eight racing writers, 80 acknowledged commits,
 This wrapper serialises moto's object-writing request handlers (put, copy,
 multipart completion, delete) behind one lock, so each conditional check and the
 write it guards happen as one step, as on a real store.  Reads stay concurrent,
-and no response changes.
+and so do the parts of a multipart upload (UploadPart, UploadPartCopy: no
+condition to check, nothing visible until the Complete, which is serialised), as
+on a real store.  No response changes.
 """
 
 from __future__ import annotations
@@ -28,9 +30,18 @@ _WRITE_HANDLERS = ("put_object", "copy_object", "delete_object", "_key_response_
 _LOCK = threading.RLock()
 
 
+def _is_part_upload(args: tuple[Any, ...]) -> bool:
+    """``_key_response_put(self, query, key_name)`` of an UploadPart(Copy)."""
+    query = args[1] if len(args) > 1 else None
+    return isinstance(query, dict) and bool(query.get("uploadId")) and bool(
+        query.get("partNumber"))
+
+
 def _serialised(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if fn.__name__ == "_key_response_put" and _is_part_upload(args):
+            return fn(*args, **kwargs)
         with _LOCK:
             return fn(*args, **kwargs)
 

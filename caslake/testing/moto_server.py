@@ -26,7 +26,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -51,7 +51,7 @@ def run_moto_server(timeout: float = 120.0) -> Iterator[str]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     try:
-        _wait_for_port(port, proc, timeout)
+        wait_for_port(port, proc, timeout)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()

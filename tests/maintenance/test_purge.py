@@ -354,3 +354,23 @@ def test_gc_aborts_stale_multipart_uploads(request: pytest.FixtureRequest,
     report = t.gc(now=datetime.now(UTC) + timedelta(days=30))
     assert report.multipart_aborted == 1
     assert store.list_multipart_uploads() == []
+
+
+def test_planning_reads_each_footer_once(request: pytest.FixtureRequest,
+                                         tmp_path: Path) -> None:
+    # The thrift footer comes from the footer cache the planning scan fills: one
+    # GET of the footer bytes, not one per reader (on S3 each is a round trip).
+    t = make_table("memory", request, tmp_path)
+    old = only_file(t)
+    tail = (old.size - old.footer_size, old.size)
+    fetched: list[tuple[int, int]] = []
+    inner = t.store.get_ranges
+
+    def recording(key: str, ranges: Any, **kw: Any) -> list[bytes]:
+        if key == old.path:
+            fetched.extend(ranges)
+        return inner(key, ranges, **kw)
+
+    t.store.get_ranges = recording  # type: ignore[method-assign]
+    t.purge("user = 'user7'")
+    assert fetched.count(tail) == 1

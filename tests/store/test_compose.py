@@ -138,3 +138,21 @@ def test_multipart_etag_formula() -> None:
     a, b = hashlib.md5(b"a").hexdigest(), hashlib.md5(b"b").hexdigest()
     want = hashlib.md5(bytes.fromhex(a) + bytes.fromhex(b)).hexdigest()
     assert multipart_etag([f'"{a}"', b]) == f'"{want}-2"'
+
+
+@pytest.mark.s3
+def test_s3_prepare_compose_sets_up_the_multipart_client_in_the_background(
+        s3_uri: str, s3_options: dict[str, str]) -> None:
+    store = open_store(s3_uri, s3_options)
+    other = open_store(s3_uri, s3_options)
+    assert isinstance(store, S3Store) and isinstance(other, S3Store)
+    store.prepare_compose()
+    store.close()  # waits for the store's threads: the client is made by then
+    assert store._boto3 is not None
+    client = store._boto3
+    key, data, etag = _source(store)
+    store.compose("data/out.bin", [CopyFrom(key, 0, 6 * MiB, etag), b"tail"])
+    assert store.boto3_client() is client  # kept, not made again
+    assert other.get("data/out.bin").data == data[:6 * MiB] + b"tail"
+    other.prepare_compose()  # a hint on any store: never fails
+    open_store("memory://hint", None).prepare_compose()
