@@ -138,7 +138,8 @@ def _metered_read(p: CaslakePartition, schema: StructType, out_dir: str
             rows += out.num_rows
             yield out
     finally:
-        record = {"file": p.path, "row_groups": len(p.row_groups), "rows": rows,
+        record = {"files": p.paths, "row_groups": sum(map(len, p.row_groups.values())),
+                  "rows": rows,
                   "pid": os.getpid(), **store.counters.snapshot()}
         Path(out_dir, f"{uuid.uuid4().hex}.json").write_text(json.dumps(record))
 
@@ -425,10 +426,15 @@ def _dir_bytes(p: Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
+PARTS = ("full_scans", "filters", "append", "deletes")
+
+
 def main(quick: bool = False, rows: int | None = None, repeat: int = 3,
-         spark: SparkSession | None = None, root: Path | None = None) -> list[Row]:
-    """Run every part; ``spark``: an existing session to use (else one is started and
-    stopped); ``root``: a directory for the tables (else a temp dir, removed after)."""
+         spark: SparkSession | None = None, root: Path | None = None,
+         parts: tuple[str, ...] = PARTS) -> list[Row]:
+    """Run ``parts`` (default: every part); ``spark``: an existing session to use (else
+    one is started and stopped); ``root``: a directory for the tables (else a temp dir,
+    removed after)."""
     n = rows if rows is not None else (1_000_000 if quick else 5_000_000)
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     t0 = time.perf_counter()
@@ -442,7 +448,8 @@ def main(quick: bool = False, rows: int | None = None, repeat: int = 3,
         bench = Bench(session, workdir, n, repeat)
         bench.build()
         out: list[Row] = []
-        for part in (bench.full_scans, bench.filters, bench.append, bench.deletes):
+        for name in parts:
+            part = getattr(bench, name)
             t1 = time.perf_counter()
             out += part()
             print(f"  ({part.__name__}: {time.perf_counter() - t1:.0f}s)", flush=True)
@@ -463,8 +470,14 @@ def cli(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=None, help="table rows (default 5,000,000)")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per measurement")
     ap.add_argument("--quick", action="store_true", help="1,000,000 rows")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help=f"comma list of parts to run (default: all of {','.join(PARTS)})")
     args = ap.parse_args(argv)
-    main(quick=args.quick, rows=args.rows, repeat=args.repeat)
+    parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        ap.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
+    main(quick=args.quick, rows=args.rows, repeat=args.repeat, parts=parts)
     return 0
 
 

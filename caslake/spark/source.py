@@ -4,11 +4,13 @@ Read: ``spark.read.format("caslake").option(...).load(uri)``.  The reader pins
 one snapshot when the read is planned (its constructor resolves ``version`` /
 ``timestamp`` or the latest version once), plans the scan on the driver with
 the absorbed filters (file and row-group pruning), and hands every executor
-task a :class:`~caslake.table.scan.SnapshotSubset` of one data file (its
-manifest entry, its tombstones, the surviving row groups), the columns and the
-predicate.  The task runs caslake's own Scan on that subset, so deletes and
-the exact row filter apply as in ``Table.scan``; no metadata is re-read on
-executors.
+task a :class:`~caslake.table.scan.SnapshotSubset` (manifest entries, their
+tombstones, the surviving row groups: a run of one large file's row groups, or
+several small files packed together, sized as Spark sizes its own file
+partitions; see :func:`plan_partitions`), the columns and the predicate.  The
+task runs caslake's own Scan on that subset, so deletes and the exact row
+filter apply as in ``Table.scan``; no metadata is re-read on executors.  Tasks
+yield Arrow record batches straight to Spark (no per-row Python).
 
 Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``
 (:mod:`caslake.spark.write`): one table commit per job; options ``txnAppId`` +
@@ -17,14 +19,17 @@ Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``
 restarts.  Commit and abort rules: :mod:`caslake.spark.commit`.
 
 Options: ``storage_options`` (a JSON object) and ``storage.<key>`` (one each);
-for reads also ``version``, ``timestamp`` (ISO-8601 or epoch milliseconds)
-and ``columns`` (a comma list narrowing the schema).
+for reads also ``version``, ``timestamp`` (ISO-8601 or epoch milliseconds),
+``columns`` (a comma list narrowing the schema) and ``minPartitions`` (the
+cores to spread a read over, as Spark's ``spark.sql.files.minPartitionNum``;
+default: the planning process's cores, which is Spark's default in local mode).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -55,7 +60,7 @@ from caslake.store import open_store
 from caslake.store.base import ObjectStore
 from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.scan import Scan, SnapshotSubset
+from caslake.table.scan import FileTask, Scan, SnapshotSubset
 
 if TYPE_CHECKING:  # imported where used: these modules import this one
     from caslake.spark.stream import CaslakeStreamWriter
@@ -64,12 +69,29 @@ if TYPE_CHECKING:  # imported where used: these modules import this one
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "caslake"
-# Reads: a file's surviving row groups are split into runs of about SPLIT_BYTES of
-# column chunks, one Spark partition each, so one big file is read by several tasks
-# at once; batches go to Spark in slices of at most READ_BATCH_ROWS rows, so the JVM
-# never holds a whole decoded unit (up to ~64 MiB compressed) as one Arrow batch.
-SPLIT_BYTES = 32 * 1024 * 1024
+# Read planning follows Spark's own file sources (FilePartition): a partition holds
+# at most ``split`` bytes of column chunks, where ``split`` is the data's bytes
+# spread over the cores (so every core gets work) but at most MAX_SPLIT_BYTES
+# (Spark's spark.sql.files.maxPartitionBytes) and at least OPEN_COST_BYTES (its
+# spark.sql.files.openCostInBytes, also charged per piece so that many small files
+# pack into few tasks: a task's fixed cost is far above a small file's read).  A
+# large file's row groups are cut into contiguous runs of about ``split`` bytes, so
+# it is read by several tasks at once.  Batches go to Spark in slices of at most
+# READ_BATCH_ROWS rows, so the JVM never holds a whole decoded unit (up to ~64 MiB
+# compressed) as one Arrow batch.
+MAX_SPLIT_BYTES = 128 * 1024 * 1024
+OPEN_COST_BYTES = 4 * 1024 * 1024
 READ_BATCH_ROWS = 65_536
+MIN_PARTITIONS = "minPartitions"  # read option: the cores to spread a read over
+
+
+def default_parallelism() -> int:
+    """The cores this process may run on: the default number of read partitions
+    (Spark's ``defaultParallelism`` in local mode; the planner cannot ask Spark)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 # --- options ----------------------------------------------------------------------
@@ -100,6 +122,7 @@ class ReadOptions:
     version: int | None = None
     timestamp: str | int | None = None
     columns: list[str] | None = None
+    min_partitions: int | None = None  # None: default_parallelism() of the planner
 
     @staticmethod
     def parse(options: Mapping[str, str]) -> ReadOptions:
@@ -121,7 +144,18 @@ class ReadOptions:
         columns = None
         if options.get("columns"):
             columns = [c.strip() for c in options["columns"].split(",") if c.strip()]
-        return ReadOptions(uri, storage_options_from(options), version, ts, columns)
+        min_partitions: int | None = None
+        raw = options.get(MIN_PARTITIONS)
+        if raw not in (None, ""):
+            try:
+                min_partitions = int(str(raw))
+            except ValueError:
+                min_partitions = 0
+            if min_partitions < 1:
+                raise InvalidArgument(f"option {MIN_PARTITIONS} must be an integer >= 1, "
+                                      f"not {raw!r}")
+        return ReadOptions(uri, storage_options_from(options), version, ts, columns,
+                           min_partitions)
 
 
 # --- reading ----------------------------------------------------------------------
@@ -129,11 +163,11 @@ class ReadOptions:
 
 @dataclass
 class CaslakePartition(InputPartition):
-    """Row groups of one planned data file of the pinned snapshot (picklable)."""
+    """Row groups of one or more planned data files of the pinned snapshot (picklable)."""
 
     uri: str
     storage_options: dict[str, str]
-    subset: SnapshotSubset  # one file, its tombstones, the row groups to read
+    subset: SnapshotSubset  # its files, their tombstones, the row groups to read
     columns: list[str]
     where: Expr | None = None
     where_text: str = ""
@@ -143,21 +177,25 @@ class CaslakePartition(InputPartition):
 
     @property
     def path(self) -> str:
+        """The first file's path (the partition's name in Spark's plan)."""
         return self.subset.files[0].path
 
     @property
-    def row_groups(self) -> list[int]:
-        return sorted(self.subset.row_groups.get(self.path, ()))
+    def paths(self) -> list[str]:
+        return [f.path for f in self.subset.files]
+
+    @property
+    def row_groups(self) -> dict[str, list[int]]:
+        """The row groups to read, by file path."""
+        return {p: sorted(self.subset.row_groups.get(p, ())) for p in self.paths}
 
 
-def split_row_groups(groups: Sequence[int], nbytes: int, target: int | None = None
-                     ) -> list[list[int]]:
+def split_row_groups(groups: Sequence[int], nbytes: int, target: int) -> list[list[int]]:
     """A file's surviving row groups (``nbytes`` of column chunks to read) cut into
-    contiguous runs of about ``target`` bytes (default :data:`SPLIT_BYTES`): one
-    Spark partition each, so one large file is read by several tasks at once."""
+    contiguous runs of about ``target`` bytes, as even in length as possible: one
+    piece of a Spark partition each, so one large file is read by several tasks."""
     if not groups:
         return []
-    target = SPLIT_BYTES if target is None else target
     n = max(1, min(len(groups), -(-nbytes // max(target, 1))))
     size, extra = divmod(len(groups), n)
     out: list[list[int]] = []
@@ -167,6 +205,47 @@ def split_row_groups(groups: Sequence[int], nbytes: int, target: int | None = No
         out.append(list(groups[i:j]))
         i = j
     return out
+
+
+def split_bytes(total: int, pieces: int, cores: int, max_bytes: int = MAX_SPLIT_BYTES,
+                open_cost: int = OPEN_COST_BYTES) -> int:
+    """The bytes a read partition may hold (Spark's ``FilePartition.maxSplitBytes``):
+    the data (``total`` bytes in ``pieces`` files, each charged ``open_cost``) spread
+    over ``cores``, within ``[open_cost, max_bytes]``."""
+    per_core = -(-(total + pieces * open_cost) // max(cores, 1))
+    return min(max_bytes, max(open_cost, per_core))
+
+
+def plan_partitions(tasks: Sequence[FileTask], cores: int, max_bytes: int = MAX_SPLIT_BYTES,
+                    open_cost: int = OPEN_COST_BYTES) -> list[dict[int, list[int]]]:
+    """Group a scan plan's file tasks into Spark partitions.
+
+    Each partition maps task indexes (into ``tasks``) to the row groups it reads
+    of that file; every surviving row group is in exactly one partition.  A file
+    larger than the split is cut into runs of row groups; the pieces are then
+    packed, largest first, into partitions of about the split, as Spark packs
+    files: a piece is added while the partition's size (every piece's bytes plus
+    ``open_cost``) plus the piece's bytes stays within the split."""
+    split = split_bytes(sum(t.bytes_to_read for t in tasks), len(tasks), cores, max_bytes,
+                        open_cost)
+    pieces: list[tuple[int, int, list[int]]] = []  # (bytes, task index, row groups)
+    for i, t in enumerate(tasks):
+        col_idx = t.column_indexes
+        for groups in split_row_groups(t.row_groups, t.bytes_to_read, split):
+            pieces.append((t.footer.chunk_bytes(groups, col_idx), i, groups))
+    pieces.sort(key=lambda p: (-p[0], p[1], p[2][0]))
+    out: list[dict[int, list[int]]] = []
+    current: dict[int, list[int]] = {}
+    size = 0
+    for nbytes, i, groups in pieces:
+        if current and size + nbytes > split:
+            out.append(current)
+            current, size = {}, 0
+        current.setdefault(i, []).extend(groups)
+        size += nbytes + open_cost
+    if current:
+        out.append(current)
+    return [{i: sorted(g) for i, g in sorted(p.items())} for p in out]
 
 
 def slice_batch(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:
@@ -211,6 +290,7 @@ class CaslakeReader(DataSourceReader):
                     f"but the read expects {f.dataType.simpleString()} (the table changed "
                     "since the schema was read: load it again)", column=f.name)
         self.where: Expr | None = None
+        self.parallelism = options.min_partitions or default_parallelism()
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:
         arrow = self.table_schema.to_arrow()
@@ -222,14 +302,17 @@ class CaslakeReader(DataSourceReader):
         store = open_store(opts.uri, opts.storage_options or None)
         io = MetadataIO(store)
         snapshot = Snapshot(io.load_manifest(self.manifest_key), self.manifest_key)
-        plan = Scan(io, FooterCache(), snapshot, self.columns, self.where).plan()
-        return [CaslakePartition(
-            uri=opts.uri, storage_options=opts.storage_options,
-            subset=SnapshotSubset.of(snapshot, [task.file], {task.file.path: groups}),
-            columns=self.columns, where=self.where,
-            where_text=str(self.where) if self.where is not None else "")
-            for task in plan.tasks
-            for groups in split_row_groups(task.row_groups, task.bytes_to_read)]
+        tasks = Scan(io, FooterCache(), snapshot, self.columns, self.where).plan().tasks
+        where_text = str(self.where) if self.where is not None else ""
+        out: list[InputPartition] = []
+        for part in plan_partitions(tasks, self.parallelism):
+            files = [tasks[i].file for i in part]
+            groups = {tasks[i].file.path: g for i, g in part.items()}
+            out.append(CaslakePartition(
+                uri=opts.uri, storage_options=opts.storage_options,
+                subset=SnapshotSubset.of(snapshot, files, groups), columns=self.columns,
+                where=self.where, where_text=where_text))
+        return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, CaslakePartition):
@@ -263,7 +346,7 @@ class CaslakeDataSource(DataSource):
         uri = self.options.get("path")
         if not uri:
             raise InvalidArgument("caslake needs the table URI: .save(uri) or .start(uri)")
-        for opt in ("version", "timestamp", "columns"):
+        for opt in ("version", "timestamp", "columns", MIN_PARTITIONS):
             if self.options.get(opt):
                 raise InvalidArgument(f"option {opt} only applies to reads")
         return str(uri)
