@@ -55,7 +55,7 @@ class Table(TableCore):
         """Physically erase the rows ``where`` matches, by row-group splice, in one
         version (see :mod:`caslake.maintenance.purge`)."""
         return purge(self.context, where, dry_run=dry_run, expire=expire, progress=progress,
-                     audit_key=audit_key)
+                     audit_key=audit_key, extra_roots=(export_roots,))
 
     def gc(self, *, retention: timedelta | None = None, dry_run: bool = False,
            now: datetime | None = None, force: bool = False) -> GcReport:
