@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from benchmarks import append as append_bench
 from benchmarks import core, deletes, metadata, purge, scan_paths, segment_width, tpch
 from benchmarks import dataset as dataset_bench
 from benchmarks import export as export_bench
@@ -13,6 +14,7 @@ from benchmarks import spark as spark_bench
 def main() -> int:
     quick = "--quick" in sys.argv
     core.main(quick=quick)
+    append_bench.run(1_000_000 if quick else 5_000_000, 3 if quick else 5, None)
     deletes.main(quick=quick)
     metadata.main(quick=quick)
     segment_width.main(1000 if quick else 3000)

@@ -19,7 +19,7 @@ process, are:
   then loads pandas, which pyarrow imports on its first conversion, and sqlglot
   for the SQL string) and with those imports done first too;
 * **append**: caslake's ``append`` against ``pq.write_table`` with the same
-  settings (zstd 3, page CRCs, statistics, same row-group size) and Lance.
+  settings (zstd at caslake's level, page CRCs, statistics, same row-group size) and Lance.
 
 Every caslake answer is checked against DuckDB on the same Arrow data.
 """

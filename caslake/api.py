@@ -70,7 +70,7 @@ class Table(TableCore):
         from caslake.maintenance.purge import purge
 
         return purge(self.context, where, dry_run=dry_run, expire=expire, progress=progress,
-                     audit_key=audit_key)
+                     audit_key=audit_key, extra_roots=(export_roots,))
 
     def gc(self, *, retention: timedelta | None = None, dry_run: bool = False,
            now: datetime | None = None, force: bool = False) -> GcReport:

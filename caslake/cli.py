@@ -365,6 +365,14 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _emit_result(result: dict[str, Any], out: TextIO, *, as_json: bool) -> None:
+    """A ref command's result: JSON, or ``key=value`` pairs on one line."""
+    if as_json:
+        _emit_json(result, out)
+    else:
+        out.write(" ".join(f"{k}={v}" for k, v in result.items()) + "\n")
+
+
 def _ref_json(r: Any) -> dict[str, Any]:
     out: dict[str, Any] = r.to_json()
     return out
@@ -401,10 +409,7 @@ def cmd_branch(args: argparse.Namespace, out: TextIO) -> int:
         result = {"branch": args.target, "version": res.version, "source": args.name,
                   "noop": res.noop, "files_added": res.files_added,
                   "rows_added": res.rows_added, "rows_deleted": res.rows_deleted}
-    if args.json:
-        _emit_json(result, out)
-    else:
-        out.write(" ".join(f"{k}={v}" for k, v in result.items()) + "\n")
+    _emit_result(result, out, as_json=args.json)
     return 0
 
 
@@ -418,10 +423,7 @@ def cmd_tag(args: argparse.Namespace, out: TextIO) -> int:
     else:
         table.drop_tag(args.name)
         result = {"dropped_tag": args.name}
-    if args.json:
-        _emit_json(result, out)
-    else:
-        out.write(" ".join(f"{k}={v}" for k, v in result.items()) + "\n")
+    _emit_result(result, out, as_json=args.json)
     return 0
 
 
@@ -433,10 +435,7 @@ def cmd_clone(args: argparse.Namespace, out: TextIO) -> int:
               storage_options=opts)
     result = {"clone": t.uri, "source": args.uri, "rows": t.describe()["rows"],
               "files": len(t.describe()["data_files"])}
-    if args.json:
-        _emit_json(result, out)
-    else:
-        out.write(" ".join(f"{k}={v}" for k, v in result.items()) + "\n")
+    _emit_result(result, out, as_json=args.json)
     return 0
 
 

@@ -160,8 +160,8 @@ class RefInUse(UserInputError):
 
 class ErasureHeld(RefInUse):
     """``purge(expire=True)`` refused: a live ref (another branch's retained history,
-    a tag) or a clone hold still needs a version whose objects hold values to be
-    erased, so they could not be deleted.  ``holders`` names each of them; nothing
+    a tag), a clone hold or an export still needs a version whose objects hold values
+    to be erased, so they could not be deleted.  ``holders`` names each of them; nothing
     was purged or expired."""
 
     def __init__(self, holders: list[str]) -> None:

@@ -233,7 +233,8 @@ def export_delta(table: TableHandle, version: int | None = None) -> ExportResult
         writer = Writer(store)
         body = export.commit(state, writer)
         try:
-            writer.put(commit_key(state.next_version), body)
+            writer.publish(commit_key(state.next_version), body,
+                           commit_id=source.snapshot.manifest.commit_id)
         except AlreadyExists:
             continue  # another exporter took this Delta version: replay and diff again
         return writer.result("delta", source.version, table.store.uri)

@@ -393,8 +393,11 @@ class IcebergExport:
             sequence_number=self.sequence))
         meta = self.metadata(prev, self.uri(list_key))
         meta_key = metadata_key(self.src.version)
-        self.writer.put(meta_key, json.dumps(meta, indent=1).encode(), overwrite=True)
-        self.writer.put(HINT_KEY, str(self.src.version).encode(), overwrite=True)
+        commit_id = self.src.snapshot.manifest.commit_id
+        self.writer.publish(meta_key, json.dumps(meta, indent=1).encode(), overwrite=True,
+                            commit_id=commit_id)
+        self.writer.publish(HINT_KEY, str(self.src.version).encode(), overwrite=True,
+                            commit_id=commit_id)
         return self.writer.result("iceberg", self.src.version, self.uri(meta_key),
                                   reused=reused, written=len(data) - reused)
 

@@ -3,14 +3,24 @@
 Owns counting the objects and bytes an export puts (the export-cost figure)
 and the put modes: new objects are create-only (a fresh key each time), only
 the publication objects (``v<N>.metadata.json``, ``version-hint.text``) are
-overwritten.  Never writes under ``data/``, ``manifest/`` or ``tombstone/``.
+overwritten.  A publication put (those two, and Delta's create-only commit
+object) whose reply is lost is settled by reading the object back, never
+guessed from the error.  Never writes under ``data/``, ``manifest/`` or
+``tombstone/``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from caslake.errors import InvalidArgument
+from caslake.errors import (
+    AlreadyExists,
+    CommitOutcomeUnknown,
+    InvalidArgument,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+)
 from caslake.format.keys import (
     DATA_PREFIX,
     MANIFEST_PREFIX,
@@ -21,6 +31,7 @@ from caslake.format.keys import (
 from caslake.store.base import ObjectStore, PutMode
 
 _CASLAKE_KEYS = (DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TOMBSTONE_PREFIX)
+PUBLISH_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,41 @@ class Writer:
         self.objects += 1
         self.bytes += len(data)
         return etag
+
+    def publish(self, key: str, data: bytes, *, overwrite: bool = False,
+                commit_id: str = "") -> None:
+        """Put a publication object.  A failure whose outcome is unclear (a lost
+        reply, a reset) is settled by reading ``key`` back: our bytes there mean it
+        is published; otherwise the same put is sent again (the same bytes, so a
+        late copy of an earlier try changes nothing).  Raises AlreadyExists when a
+        create-only ``key`` holds another exporter's object, CommitOutcomeUnknown
+        when it stays unclear."""
+        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+            try:
+                self.put(key, data, overwrite=overwrite)
+                return
+            except AlreadyExists:
+                if self._holds(key, data):  # an earlier try of ours landed
+                    return
+                raise
+            except (NotFound, PreconditionFailed):
+                raise
+            except StoreError as exc:
+                if self._holds(key, data):
+                    self.objects += 1
+                    self.bytes += len(data)
+                    return
+                if attempt == PUBLISH_ATTEMPTS:
+                    raise CommitOutcomeUnknown(
+                        f"the export's {key!r} could not be written ({exc}) and a late "
+                        "copy may still land; export again (a no-op once it has)",
+                        commit_id=commit_id) from exc
+
+    def _holds(self, key: str, data: bytes) -> bool:
+        try:
+            return self.store.get(key).data == data
+        except StoreError:
+            return False
 
     def result(self, fmt: str, version: int, location: str, *, reused: int = 0,
                written: int = 0) -> ExportResult:

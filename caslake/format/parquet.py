@@ -275,11 +275,16 @@ class ParquetConcat:
     verbatim (with their statistics and page CRC-32s); only the offsets in the
     footer move.  Groups must share one schema and carry no page indexes or
     bloom filters (the writer's settings here add none).  Pure: the caller
-    writes the bytes."""
+    writes the bytes.
+
+    :attr:`dictionary_fallbacks` names the columns whose dictionary overflowed
+    in some group added so far (the writer fell back to plain pages), so a
+    writer can stop trying a dictionary for them."""
 
     def __init__(self) -> None:
         self._template: Any = None
         self._groups: list[Any] = []
+        self.dictionary_fallbacks: set[str] = set()
 
     @staticmethod
     def head() -> bytes:
@@ -298,6 +303,7 @@ class ParquetConcat:
         if any(c.column_index_offset is not None or c.offset_index_offset is not None
                or c.meta_data.bloom_filter_offset is not None for c in group.columns):
             raise CorruptMetadata(path, "an encoded group has page indexes or bloom filters")
+        self.dictionary_fallbacks.update(dictionary_fallbacks(group))
         shift_row_group(group, offset - len(MAGIC))
         group.ordinal = len(self._groups)
         self._groups.append(group)
@@ -313,6 +319,27 @@ class ParquetConcat:
         fmd.row_groups = self._groups
         fmd.num_rows = sum(g.num_rows for g in self._groups)
         return bytes(footer_tail(fmd))
+
+
+#: Thrift ``PageType`` values of data pages, and ``Encoding`` values of dictionary indexes.
+_DATA_PAGES = frozenset({0, 3})  # DATA_PAGE, DATA_PAGE_V2
+_DICTIONARY_INDEXES = frozenset({2, 8})  # PLAIN_DICTIONARY, RLE_DICTIONARY
+
+
+def dictionary_fallbacks(group: Any) -> list[str]:
+    """Columns of a Thrift ``RowGroup`` that have a dictionary page yet data pages
+    not encoded against it: the dictionary passed the writer's size limit and
+    it fell back to plain pages (a column with no page encoding statistics
+    counts as not fallen back)."""
+    out = []
+    for chunk in group.columns:
+        meta = chunk.meta_data
+        if meta.dictionary_page_offset is None or not meta.encoding_stats:
+            continue
+        if any(s.page_type in _DATA_PAGES and s.encoding not in _DICTIONARY_INDEXES
+               and s.count > 0 for s in meta.encoding_stats):
+            out.append(".".join(meta.path_in_schema))
+    return out
 
 
 # --- statistics -----------------------------------------------------------------------

@@ -45,7 +45,7 @@ import hashlib
 import hmac
 import os
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -76,7 +76,7 @@ from caslake.format.parquet_thrift import decode_file_metadata, footer_length
 from caslake.format.refs import branch_key
 from caslake.format.schema import TableSchema
 from caslake.format.tombstone import FileDeletes, Tombstone
-from caslake.maintenance.gc import GcReport, collect_garbage
+from caslake.maintenance.gc import GcReport, RootsProvider, collect_garbage
 from caslake.store.base import ComposePart, CopyFrom, ObjectStore, PutMode, normalize_etag
 from caslake.table import refs
 from caslake.table.changes import Changes
@@ -463,8 +463,12 @@ def _holders(ctx: TableContext, holding: set[str]) -> list[str]:
 
 def purge(ctx: TableContext, where: str | Expr, *, dry_run: bool = False,
           expire: bool = False, progress: Progress | None = None,
-          audit_key: bytes | None = None, max_replans: int = 3) -> PurgeReport:
-    """Physically erase the rows ``where`` matches (see the module docstring)."""
+          audit_key: bytes | None = None, max_replans: int = 3,
+          extra_roots: Sequence[RootsProvider] = ()) -> PurgeReport:
+    """Physically erase the rows ``where`` matches (see the module docstring).
+    ``extra_roots``: what else stored next to the table references data files (the
+    exports, as for gc): erasure is refused while one names a file holding a matching
+    row, and its expiry keeps what they reference."""
     where = check_where(where)
     if isinstance(where, str) and not where.strip():
         raise InvalidArgument("purge needs a non-empty where predicate (to erase "
@@ -483,6 +487,8 @@ def purge(ctx: TableContext, where: str | Expr, *, dry_run: bool = False,
     began = datetime.fromtimestamp(ctx.now_ms() / 1000, UTC)
     holding = _files_holding(ctx, ctx.refresh(), where)
     holders = _holders(ctx, holding)
+    if any(holding & provider(ctx.store).keep for provider in extra_roots):
+        holders.append("Delta/Iceberg export")
     if holders:
         raise ErasureHeld(holders)
     report = _purge(ctx, where, dry_run, progress, fingerprint, started, max_replans,
@@ -495,7 +501,7 @@ def purge(ctx: TableContext, where: str | Expr, *, dry_run: bool = False,
     below = (report.version if not report.noop else head.version if holding
              else head.manifest.oldest_version)
     expiry = collect_garbage(ctx, retention=timedelta(0), force=True, now=began,
-                             erase_below=below)
+                             erase_below=below, extra_roots=extra_roots)
     return replace(report, expired_below=below, expiry=expiry)
 
 

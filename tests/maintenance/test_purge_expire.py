@@ -27,6 +27,7 @@ from caslake.format.keys import data_file_key
 from caslake.maintenance.verify import verify_table
 from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
+from tests.export.readers import deltalake_rows
 
 SECRET = "alice-7f3a9c0e"
 WHERE = f"user = '{SECRET}'"
@@ -172,3 +173,44 @@ def test_purge_with_expire_leaves_no_value_in_segment_objects() -> None:
         assert sorted(t.scan(where="id < 150").to_arrow().column("id").to_pylist()) == [
             i for i in expected if i < 150]
         assert verify_table(t.store, deep=True, all_versions=True).ok
+
+
+def test_an_export_referencing_a_file_holding_the_value_refuses_and_changes_nothing(
+        tmp_path: Path) -> None:
+    """A Delta export's latest state names the files holding the value: expiring them
+    would leave the export pointing at deleted objects, so erasure is refused, naming
+    the export, until it is re-exported at a version without them."""
+    uri = (tmp_path / "t").as_uri()
+    t = caslake.create_table(uri, SCHEMA)
+    t.append(rows(0, 50, secret_every=10))
+    t.export_delta()
+    keys = sorted((m.key, m.etag) for m in t.store.list(""))
+    with pytest.raises(ErasureHeld) as err:
+        t.purge(WHERE, expire=True)
+    assert err.value.holders == ["Delta/Iceberg export"]
+    assert sorted((m.key, m.etag) for m in t.store.list("")) == keys
+    assert deltalake_rows(uri, SCHEMA).num_rows == 50
+
+    # Purge without expire, re-export: the export no longer names the old file.
+    t.purge(WHERE)
+    t.export_delta()
+    report = t.purge(WHERE, expire=True)
+    assert report.expiry is not None
+    assert [k for k in leaks(t.store) if not k.startswith("_delta_log/")] == []
+    assert sorted(deltalake_rows(uri, SCHEMA).column("id").to_pylist()) == [
+        i for i in range(50) if i % 10]
+
+
+def test_purge_expire_keeps_the_files_an_export_of_an_old_version_references(
+        tmp_path: Path) -> None:
+    """Files that hold no erased value but only an export still references survive
+    the expiry (as they survive gc): the export stays readable."""
+    uri = (tmp_path / "t").as_uri()
+    t = caslake.create_table(uri, SCHEMA)
+    t.append(rows(0, 25))
+    t.append(rows(25, 50))
+    t.export_delta()
+    assert t.compact().files_removed == 2  # the exported files: now the export's alone
+    t.append(rows(50, 60, secret_every=5))
+    t.purge(WHERE, expire=True)
+    assert sorted(deltalake_rows(uri, SCHEMA).column("id").to_pylist()) == list(range(50))

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -55,6 +56,7 @@ import pytest
 
 import caslake
 from caslake.api import CommitResult, Table
+from caslake.dataset import DatasetIncomplete, ParquetDatasetStore
 from caslake.errors import (
     CaslakeError,
     CommitOutcomeUnknown,
@@ -62,6 +64,11 @@ from caslake.errors import (
     RefNotFound,
     TableNotFound,
 )
+from caslake.export.delta import DV_PREFIX, LOG_PREFIX
+from caslake.export.iceberg import HINT_KEY as ICEBERG_HINT
+from caslake.export.iceberg import METADATA_PREFIX
+from caslake.export.iceberg import metadata_key as iceberg_metadata_key
+from caslake.export.iceberg import read_hint as read_iceberg_hint
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, data_file_key
 from caslake.format.refs import HOLD_PREFIX
 from caslake.maintenance.verify import verify_table
@@ -74,6 +81,13 @@ from caslake.table.commit import CommitPolicy
 from caslake.table.metadata_io import MetadataIO
 from caslake.testing.moto_server import DUMMY_KEY_ID, DUMMY_SECRET, REGION
 from tests.conftest import make_bucket
+from tests.export.readers import (
+    caslake_rows,
+    deltalake_rows,
+    duckdb_delta_rows,
+    duckdb_iceberg_rows,
+    pyiceberg_rows,
+)
 
 ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete", "compose",
                      "list_multipart_uploads", "abort_multipart_upload"})
@@ -88,6 +102,7 @@ PREFIXES = ("data/", "tombstone/", MANIFEST_PREFIX, SEGMENT_PREFIX)
 DEAD_CALLS = 1_000  # more calls than any operation here makes: a dead process stays dead
 
 Row = tuple[int, str | None, float | None]
+H = TypeVar("H")  # what an operation under test runs on: a Table, a dataset store
 
 
 # --- deterministic data and the model -----------------------------------------------
@@ -427,10 +442,10 @@ def check_after_gc(uri: str, where: str) -> str:
     return state
 
 
-def run_faulted(run: Callable[[Table], None], t: Table, mode: str, where: str) -> str:
-    """Run a maintenance operation whose fault is armed; its outcome's name."""
+def run_faulted(run: Callable[[H], object], handle: H, mode: str, where: str) -> str:
+    """Run an operation whose fault is armed; its outcome's name."""
     try:
-        run(t)
+        run(handle)
         return "ok"
     except SimulatedCrash:
         assert mode == "crash", where
@@ -440,28 +455,50 @@ def run_faulted(run: Callable[[Table], None], t: Table, mode: str, where: str) -
         return type(e).__name__
 
 
-def fault_every_call(name: str, kind: str, mode: str, setup: Callable[[], str],
-                     run: Callable[[Table], None], check: Callable[[str, str], str],
-                     min_calls: int) -> None:
-    """Count the store calls of ``run`` on a table ``setup`` makes, then fault each one
-    on a fresh table and ``check(uri, where)`` what is left ("old", "new", ...)."""
-    t, store = faulty_table(setup())
+def told_the_truth(outcome: str, state: str) -> bool:
+    """A returned operation is done ("new"); a typed error other than
+    CommitOutcomeUnknown claims it is not ("old"); a crash or an unknown outcome
+    may be either."""
+    if outcome == "ok":
+        return state == "new"
+    return outcome in ("crash", "CommitOutcomeUnknown") or state == "old"
+
+
+def fault_each_call(name: str, kind: str, mode: str, setup: Callable[[], str],
+                    open_faulty: Callable[[str], tuple[H, FaultyStore]],
+                    run: Callable[[H], object], check: Callable[[str, str], str],
+                    min_calls: int, truthful: bool = False) -> dict[str, int]:
+    """Count the store calls ``run`` makes on what ``setup`` prepares (opened through
+    ``open_faulty``), then fault each one on a fresh setup and ``check(uri, where)``
+    what is left ("old", "new", ...); with ``truthful``, also that the outcome told
+    the truth about it (:func:`told_the_truth`).  Returns the outcome counts."""
+    handle, store = open_faulty(setup())
     start = store.calls
-    run(t)
+    run(handle)
     n = store.calls - start
     assert n >= min_calls, f"{name} made only {n} store calls"
     outcomes: dict[str, int] = {}
     for i in range(1, n + 1):
         uri = setup()
-        t, store = faulty_table(uri)
+        handle, store = open_faulty(uri)
         where = f"{name}/{kind}/{mode} at call {i} of {n}"
         fault = fault_at(mode, i)
         store.faults.append(fault)
-        outcome = run_faulted(run, t, mode, where)
+        outcome = run_faulted(run, handle, mode, where)
         assert fault.fired >= 1, f"{where}: the fault did not fire"
-        label = f"{outcome}->{check(uri, where)}"
+        state = check(uri, where)
+        assert not truthful or told_the_truth(outcome, state), f"{where}: {outcome} but {state}"
+        label = f"{outcome}->{state}"
         outcomes[label] = outcomes.get(label, 0) + 1
     print(f"\n{name} [{kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+    return outcomes
+
+
+def fault_every_call(name: str, kind: str, mode: str, setup: Callable[[], str],
+                     run: Callable[[Table], None], check: Callable[[str, str], str],
+                     min_calls: int) -> None:
+    """:func:`fault_each_call` for a maintenance operation of a table."""
+    fault_each_call(name, kind, mode, setup, faulty_table, run, check, min_calls)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -657,21 +694,10 @@ def _ref_op_with_faults(tables: Tables, op_name: str, mode: str) -> None:
         where = f"{op_name}/{tables.kind}/{mode} at call {i} of {n}"
         fault = fault_at(mode, i)
         store.faults.append(fault)
-        must_be: str | None = None
-        try:
-            op.run(t)
-            outcome, must_be = "ok", "new"
-        except SimulatedCrash:
-            assert mode == "crash", where
-            outcome = "crash"
-        except CaslakeError as e:
-            assert mode != "crash", where
-            outcome = type(e).__name__
-            if not isinstance(e, CommitOutcomeUnknown):
-                must_be = "old"
+        outcome = run_faulted(op.run, t, mode, where)
         assert fault.fired >= 1, f"{where}: the fault did not fire"
         state = check_after_ref(uri, op, model, where)
-        assert must_be is None or state == must_be, f"{where}: {outcome} but {state}"
+        assert told_the_truth(outcome, state), f"{where}: {outcome} but {state}"
         label = f"{outcome}->{state}"
         outcomes[label] = outcomes.get(label, 0) + 1
     print(f"\n{op_name} [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
@@ -772,25 +798,16 @@ def _run_with_faults(tables: Tables, mode: str, run: Callable[[str, str], object
         setup(uri, target)
         where = f"{name}/{tables.kind}/{mode} at call {i} of {n}"
         fault = fault_at(mode, i)
-        must_be: str | None = None
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(clone_module, "open_store", _faulty_opener(fault, [0]))
-            try:
-                run(uri, target)
-                outcome, must_be = "ok", "done"
-            except SimulatedCrash:
-                assert mode == "crash", where
-                outcome = "crash"
-            except CaslakeError as e:
-                assert mode != "crash", where
-                outcome = type(e).__name__
+            outcome = run_faulted(lambda pair: run(*pair), (uri, target), mode, where)
         assert fault.fired >= 1, f"{where}: the fault did not fire"
         if name == "clone":
             state = _check_clone_after(uri, target, model, where)
-            assert must_be is None or state == "new", where
+            assert outcome != "ok" or state == "new", where
         elif name == "clone_gc":
             state = _check_clone_gc_after(uri, target, model, where)
-            assert must_be is None or state == "released", where
+            assert outcome != "ok" or state == "released", where
         else:  # drop_table: finishing the drop must always be possible
             with contextlib.suppress(TableNotFound):
                 caslake.drop_table(target)
@@ -843,13 +860,16 @@ def test_clone_gc_releasing_its_hold_fault_at_every_store_call(local_tables: Tab
 
 
 @pytest.mark.s3
-@pytest.mark.parametrize("op", ["clone", "drop_table", "fast_forward"])
-def test_lost_reply_at_every_store_call_on_s3(s3_tables: Tables, op: str) -> None:
+@pytest.mark.parametrize("op", ["clone", "drop_table", "fast_forward", "export_delta"])
+def test_lost_reply_at_every_store_call_on_s3(s3_tables: Tables, op: str,
+                                              moto_server: str) -> None:
     """The same rows on moto S3, for the fault whose recovery depends on the real
     store's answers (a create-only or If-Match PUT that applied, retried: 412 or
     409 must be read back as ours).  Crash and fail-before are injected before the
     store is reached or stop the process, so they behave alike on every backend;
-    with them, the S3 rows would cost three times as long (about 2.5 minutes)."""
+    with them, the S3 rows would cost three times as long (about 2.5 minutes).  The
+    Delta export's commit is such a create-only PUT; the Iceberg export publishes by
+    plain overwrites, which behave alike on every backend (and would cost ~10 s more)."""
     mode = "lost-reply"
     if op == "clone":
         _run_with_faults(s3_tables, mode, lambda s, t: clone_module.clone(s, t),
@@ -857,5 +877,221 @@ def test_lost_reply_at_every_store_call_on_s3(s3_tables: Tables, op: str) -> Non
     elif op == "drop_table":
         _run_with_faults(s3_tables, mode, lambda s, t: clone_module.drop_table(t),
                          lambda s, t: clone_module.clone(s, t) and None, "drop_table")
+    elif op.startswith("export_"):
+        run_export_with_faults(s3_tables, op.removeprefix("export_"), mode,
+                               ExportReaders.moto(moto_server))
     else:
         _ref_op_with_faults(s3_tables, op, mode)
+
+
+# --- export: Iceberg metadata and the Delta log ------------------------------------------
+
+EXPORT_PREFIXES = {"iceberg": (METADATA_PREFIX,), "delta": (LOG_PREFIX, f"{DV_PREFIX}/")}
+
+
+def all_keys(store: ObjectStore) -> set[str]:
+    return {m.key for m in store.list("")}
+
+
+@dataclass(frozen=True)
+class ExportReaders:
+    """Storage options of the outside readers (None for local files)."""
+
+    iceberg: dict[str, str] | None = None
+    delta: dict[str, str] | None = None
+
+    @classmethod
+    def moto(cls, endpoint: str) -> ExportReaders:
+        """pyiceberg's and deltalake's options for the moto server at ``endpoint``."""
+        return cls(iceberg={"s3.endpoint": endpoint, "s3.access-key-id": DUMMY_KEY_ID,
+                            "s3.secret-access-key": DUMMY_SECRET, "s3.region": REGION},
+                   delta={"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": DUMMY_KEY_ID,
+                          "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET, "AWS_REGION": REGION,
+                          "AWS_ALLOW_HTTP": "true"})
+
+
+@dataclass(frozen=True)
+class ExportBase:
+    """A table exported (both formats) at ``old`` and then moved on to ``new`` by a
+    transaction (a delete merged with the base's tombstone, and an append): the
+    faulted export publishes ``new``.  Exports never change the table, so each
+    fault point starts from this one table with the later exports taken away."""
+
+    uri: str
+    old: int
+    new: int
+    keys: set[str]  # every object of the store, exports at ``old`` included
+    hint: bytes
+    rows: dict[int, pa.Table]  # caslake's rows at old and new, as the readers return them
+    readers: ExportReaders
+
+    def shown(self, target: str) -> int:
+        """The caslake version the ``target`` export shows: an outside reader's rows
+        (pyiceberg from the version hint; deltalake from the log) equal caslake's at
+        ``old`` or ``new``, content compared."""
+        if target == "iceberg":
+            version = read_iceberg_hint(open_store(self.uri))
+            assert version in self.rows, f"the version hint names {version}"
+            meta = f"{open_store(self.uri).uri}/{iceberg_metadata_key(version)}"
+            got = pyiceberg_rows(meta, SCHEMA, properties=self.readers.iceberg)
+            assert got.equals(self.rows[version]), f"Iceberg export of {version} differs"
+            return version
+        got = deltalake_rows(self.uri, SCHEMA, storage_options=self.readers.delta)
+        shown = [v for v, want in self.rows.items() if got.equals(want)]
+        assert shown, "the Delta export reads as neither caslake version"
+        return shown[0]
+
+
+def prepare_export(tables: Tables, readers: ExportReaders) -> ExportBase:
+    uri, model, _, _ = prepare(tables)
+    t = caslake.open_table(uri)
+    t.export_iceberg()
+    t.export_delta()
+    _transaction(t)
+    old, new = len(model) - 1, len(model)
+    base = ExportBase(uri, old, new, all_keys(t.store), t.store.get(ICEBERG_HINT).data,
+                      {v: caslake_rows(t, v) for v in (old, new)}, readers)
+    assert base.shown("iceberg") == base.shown("delta") == old
+    return base
+
+
+def reset_export(base: ExportBase) -> str:
+    """Back to the exports at ``base.old``: what later exports added goes, the hint
+    is put back."""
+    store = open_store(base.uri)
+    for key in all_keys(store) - base.keys:
+        store.delete(key)
+    store.put(ICEBERG_HINT, base.hint)
+    return base.uri
+
+
+def check_after_export(base: ExportBase, target: str, where: str) -> str:
+    """After a faulted export: nothing was deleted and nothing added outside the
+    target format's prefixes (the table and the other format's export are as they
+    were); the export reads as exactly caslake's rows at ``old`` or ``new``; the
+    next export publishes ``new`` (a no-op if the faulted one did) and reads so."""
+    keys = all_keys(open_store(base.uri))
+    assert base.keys <= keys, f"{where}: objects deleted: {sorted(base.keys - keys)}"
+    outside = [k for k in keys - base.keys if not k.startswith(EXPORT_PREFIXES[target])]
+    assert not outside, f"{where}: the {target} export wrote outside its prefixes: {outside}"
+    shown = base.shown(target)
+    state = "old" if shown == base.old else "new"
+    res = getattr(caslake.open_table(base.uri), f"export_{target}")()
+    assert res.version == base.new and res.noop == (state == "new"), f"{where}: {res}"
+    assert base.shown(target) == base.new, where
+    return state
+
+
+def run_export_with_faults(tables: Tables, target: str, mode: str,
+                           readers: ExportReaders = ExportReaders()) -> ExportBase:
+    base = prepare_export(tables, readers)
+    outcomes = fault_each_call(
+        f"export_{target}", tables.kind, mode, lambda: reset_export(base), faulty_table,
+        lambda t: getattr(t, f"export_{target}")(),
+        lambda uri, where: check_after_export(base, target, where), 6, truthful=True)
+    if mode == "lost-reply":
+        # The lost reply of a publishing put must be settled as a success.
+        assert outcomes.get("ok->new", 0) >= 1, outcomes
+    if mode == "crash":  # a process that dies before its publishing put never published
+        assert set(outcomes) == {"crash->old"}, outcomes
+    other = "delta" if target == "iceberg" else "iceberg"
+    assert base.shown(other) == base.old, f"the {other} export moved"
+    return base
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("target", ["iceberg", "delta"])
+def test_export_fault_at_every_store_call(local_tables: Tables, target: str, mode: str) -> None:
+    # Local only: the outside readers (pyiceberg, deltalake) cannot read a memory store.
+    base = run_export_with_faults(local_tables, target, mode)
+    # DuckDB, the third reader, on what the last fault point left (exported at new).
+    if target == "delta":
+        got = duckdb_delta_rows(base.uri, SCHEMA)
+    else:
+        got = duckdb_iceberg_rows(f"{open_store(base.uri).uri}/"
+                                  f"{iceberg_metadata_key(base.new)}", SCHEMA)
+    assert got.equals(base.rows[base.new])
+
+
+# --- dataset writes: ParquetDatasetStore (RFC-0008 manifest.json, _SUCCESS) ---------------
+
+DS_KEY = "k/ds"
+DS_BASE = arrow(rows(0, 70))
+DS_NEW = arrow(rows(1000, 1055, tag="n"))
+
+
+def _pds(store: ObjectStore) -> ParquetDatasetStore:
+    return ParquetDatasetStore(store, max_rows_per_file=20)  # several parts a write
+
+
+def prepare_dataset(tables: Tables, overwrite: bool) -> str:
+    uri = tables.new_uri()
+    if overwrite:
+        _pds(open_store(uri)).write_dataset(DS_BASE, DS_KEY)
+    return uri
+
+
+def faulty_pds(uri: str) -> tuple[ParquetDatasetStore, FaultyStore]:
+    store = FaultyStore(open_store(uri), [])
+    return _pds(store), store
+
+
+def pyarrow_parts(store: ObjectStore, parts: list[str]) -> pa.Table:
+    """The parts a manifest lists, read by pyarrow alone, in order."""
+    return pa.concat_tables(pq.read_table(pa.BufferReader(store.get(f"{DS_KEY}/{p}").data))
+                            for p in parts)
+
+
+def check_after_dataset(uri: str, overwrite: bool, where: str) -> str:
+    """After a faulted write: a reader sees the previous dataset (the base, or on a
+    new key none: DatasetIncomplete) or the new one, whole (pyarrow reads the
+    manifest's parts as the same rows); never a part of one.  Then the key takes an
+    overwrite, and vacuum leaves exactly the current generation."""
+    store = open_store(uri)
+    pds = _pds(store)
+    try:
+        got: pa.Table | None = pds.read_dataset(DS_KEY)
+    except DatasetIncomplete:
+        got = None
+    assert pds.dataset_exists(DS_KEY) == (got is not None), where
+    if got is not None and got.equals(DS_NEW):
+        state = "new"
+        assert pyarrow_parts(store, pds.read_manifest(DS_KEY).parts).equals(DS_NEW), where
+    else:
+        whole = got is not None and got.equals(DS_BASE) if overwrite else got is None
+        assert whole, f"{where}: neither the old nor the new dataset, whole"
+        state = "old"
+    pds.write_dataset(DS_BASE, DS_KEY, overwrite=True)
+    assert pds.read_dataset(DS_KEY).equals(DS_BASE), where
+    pds.vacuum(DS_KEY, older_than=timedelta(0))
+    m = pds.read_manifest(DS_KEY)
+    gen = m.parts[0].split("/")[0]
+    left = sorted(o.key[len(DS_KEY) + 1:] for o in store.list(DS_KEY + "/"))
+    assert left == sorted(["_SUCCESS", "manifest.json", f"{gen}/_COMMITTED", *m.parts]), where
+    return state
+
+
+@pytest.fixture(params=["memory", "local", pytest.param("s3", marks=pytest.mark.s3)])
+def ds_tables(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tables]:
+    """Dataset locations on every backend.  The S3 rows cost ~15 s of the three modes'
+    ~20; they moved here from tests/dataset/test_crash_steps.py, which had them."""
+    if request.param == "s3":
+        yield request.getfixturevalue("s3_tables")
+        return
+    t = Tables(str(request.param), tmp_path)
+    yield t
+    t.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("overwrite", [False, True], ids=["new-key", "overwrite"])
+def test_dataset_write_fault_at_every_store_call(ds_tables: Tables, overwrite: bool,
+                                                 mode: str) -> None:
+    name = "dataset_overwrite" if overwrite else "dataset_write"
+    outcomes = fault_each_call(
+        name, ds_tables.kind, mode, lambda: prepare_dataset(ds_tables, overwrite), faulty_pds,
+        lambda pds: pds.write_dataset(DS_NEW, DS_KEY, overwrite=overwrite),
+        lambda uri, where: check_after_dataset(uri, overwrite, where),
+        7, truthful=True)  # HEAD, 3 parts, manifest, _SUCCESS, _COMMITTED
+    if mode == "lost-reply":  # the lost reply of the manifest's conditional PUT: settled
+        assert outcomes.get("ok->new", 0) >= 1, outcomes

@@ -8,8 +8,11 @@ by predicate, upsert by key, run a transaction (delete + append), read a random
 retained version, reopen the table (a new handle, cold caches), compact (same
 rows, fewer files; under the same faults and races as writes), run gc with
 a clock 30 days ahead (everything but the newest data version expires, and
-afterwards exactly the referenced objects remain), and arm trouble for the
-next write:
+afterwards exactly the referenced objects remain), export (on a local store,
+whose files the outside readers can open: the Iceberg export read by pyiceberg,
+every snapshot it keeps, and the Delta export read by deltalake equal the
+model's rows at the versions they name, then and after every later gc), and arm
+trouble for the next write:
 
 * a transient fault on a ``put`` of the pointer, a manifest, a data file or a
   tombstone, which fails before it is applied or is applied and then loses its
@@ -41,6 +44,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -59,6 +63,11 @@ from hypothesis.stateful import (
 
 import caslake
 from caslake.api import CommitResult, Table
+from caslake.dataset import (
+    DatasetIncomplete,
+    DatasetNotFound,
+    ParquetDatasetStore,
+)
 from caslake.errors import (
     BranchDiverged,
     CaslakeError,
@@ -78,7 +87,14 @@ from caslake.store import open_store
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash
 from caslake.store.memory import forget_memory_space
 from caslake.table.commit import CommitPolicy
-from tests.reliability.test_crash_every_step import list_keys, referenced_keys
+from tests.export.readers import deltalake_rows
+from tests.reliability.test_crash_every_step import (
+    ExportReaders,
+    iceberg_metadata_key,
+    list_keys,
+    read_iceberg_hint,
+    referenced_keys,
+)
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
                     pa.field("f", pa.float64())])
@@ -168,6 +184,7 @@ class Stats:
     def __init__(self) -> None:
         self.outcomes: dict[str, int] = {}
         self.segment_versions = 0  # checks made on a version with 2+ segment objects
+        self.export_checks = 0  # exports read back by the outside readers
 
     def add(self, label: str) -> None:
         self.outcomes[label] = self.outcomes.get(label, 0) + 1
@@ -182,6 +199,8 @@ class TableMachine(RuleBasedStateMachine):
     options: ClassVar[dict[str, str] | None] = None
     write_options: ClassVar[caslake.WriteOptions] = caslake.WriteOptions()
     stats: ClassVar[Stats]
+    # The outside readers' options; None: no export rule (they cannot open a memory store).
+    exports: ClassVar[ExportReaders | None] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -193,6 +212,8 @@ class TableMachine(RuleBasedStateMachine):
         self.markers: set[int] = set()  # versions that are gc's expiry markers
         self.armed: Fault | None = None  # a transient fault for the next write
         self.race: Race | None = None  # another writer's commit right before our CAS
+        self.exported: dict[str, list[int]] = {"iceberg": [], "delta": []}  # versions
+        self.iceberg_from = 0  # the Iceberg export keeps the snapshots from this version
         caslake.create_table(self.uri, SCHEMA, storage_options=self.options,
                              write_options=self.write_options)
         self.plain = open_store(self.uri, self.options)
@@ -428,6 +449,10 @@ class TableMachine(RuleBasedStateMachine):
 
         self._write("compact", lambda t: t.compact(target_file_size=1 << 20), effect)
 
+    # Not with exports: there purge(expire=True) is refused (ErasureHeld) while an export
+    # names a file holding a matching row, which this rule does not model yet
+    # (tests/maintenance/test_purge_expire.py covers refusal and what expiry keeps).
+    @precondition(lambda self: self.exports is None)
     @rule(pred=st.sampled_from(PREDICATES))
     def purge(self, pred: Pred) -> None:
         """Physical erasure: the live rows matching go; a version is made whenever any
@@ -496,11 +521,90 @@ class TableMachine(RuleBasedStateMachine):
             self.oldest = max(self.oldest, keep)
         assert (report.oldest_version, report.head_version) == (self.oldest, len(self.model) - 1)
         refs, _ = referenced_keys(self.plain)
-        assert list_keys(self.plain) == refs, "gc left unreferenced objects"
+        # gc keeps what the latest exports reference (as their own readers list it)
+        assert list_keys(self.plain) == refs | self._check_exports(), (
+            "gc left unreferenced objects")
         if self.oldest:
             with pytest.raises(VersionNotFound):
                 self._fresh().scan(version=self.oldest - 1).to_arrow()
         self._wait_out_fence()
+
+    def _export(self, *fmts: str) -> None:
+        """Export the head version (a no-op where it is exported already); the
+        exports read as the model's rows at the versions they name."""
+        head = len(self.model) - 1
+        for fmt in fmts:
+            done = self.exported[fmt]
+            res = getattr(self._fresh(), f"export_{fmt}")()
+            assert res.version == head and res.noop == (done[-1:] == [head]), (res, done)
+            if not res.noop:
+                done.append(head)
+                if fmt == "iceberg":
+                    self.iceberg_from = self.oldest
+            event(f"export {fmt}{' (no-op)' if res.noop else ''}")
+        self._check_exports()
+
+    # Three rules, so that exports come often enough to follow one another across
+    # compactions, deletes that drop files, and gc.
+    @precondition(lambda self: self.exports is not None)
+    @rule()
+    def export_iceberg(self) -> None:
+        self._export("iceberg")
+
+    @precondition(lambda self: self.exports is not None)
+    @rule()
+    def export_delta(self) -> None:
+        self._export("delta")
+
+    @precondition(lambda self: self.exports is not None)
+    @rule()
+    def export_both(self) -> None:
+        self._export("iceberg", "delta")
+
+    def _check_exports(self) -> set[str]:
+        """Read the exports with the outside readers: the Iceberg export's current
+        snapshot is the last Iceberg export, it keeps the snapshot of every export
+        since the oldest version retained then, and each reads as the model's rows
+        at its version; the Delta export reads as the model's rows at the last Delta
+        export.  Returns the data keys they reference (what gc must keep)."""
+        if self.exports is None:
+            return set()
+        from pyiceberg.table import StaticTable
+
+        root = f"{self.plain.uri.rstrip('/')}/"
+
+        def key(path: str) -> str:  # readers list paths with or without file://
+            return path.removeprefix("file://").removeprefix(root.removeprefix("file://"))
+
+        files: set[str] = set()
+        if self.exported["iceberg"]:
+            version = read_iceberg_hint(self.plain)
+            assert version == self.exported["iceberg"][-1], version
+            t = StaticTable.from_metadata(root + iceberg_metadata_key(version),
+                                          properties=self.exports.iceberg or {})
+            current = t.current_snapshot()
+            assert current is not None and current.summary is not None
+            assert current.summary["caslake.version"] == str(version)
+            shown = []
+            for snap in t.metadata.snapshots:
+                assert snap.summary is not None
+                v = int(str(snap.summary["caslake.version"]))
+                scan = t.scan(snapshot_id=snap.snapshot_id)
+                assert table_rows(scan.to_arrow()) == self.model[v], f"Iceberg export of {v}"
+                files |= {key(task.file.file_path) for task in scan.plan_files()}
+                shown.append(v)
+            assert shown == [v for v in self.exported["iceberg"] if v >= self.iceberg_from], (
+                shown, self.exported["iceberg"], self.iceberg_from)
+        if self.exported["delta"]:
+            from deltalake import DeltaTable
+
+            v = self.exported["delta"][-1]
+            got = deltalake_rows(self.uri, SCHEMA, storage_options=self.exports.delta)
+            assert table_rows(got) == self.model[v], f"Delta export of {v}"
+            dt = DeltaTable(self.uri, storage_options=self.exports.delta)
+            files |= {key(u) for u in dt.file_uris()}
+        self.stats.export_checks += 1
+        return {f for f in files if f.startswith(DATA_PREFIX)}
 
     def _wait_out_fence(self) -> None:
         """Writers that start before gc's fence are refused (WriterOutlivedGc).  A fault
@@ -575,16 +679,19 @@ class TableMachine(RuleBasedStateMachine):
             for v, want in enumerate(self.model):
                 if v >= self.oldest:
                     assert table_rows(t.scan(version=v).to_arrow()) == want, f"version {v}"
+            self._check_exports()
         finally:
             if self.uri.startswith("memory://"):
                 forget_memory_space(self.uri[len("memory://"):])
 
 
 def machine_for(new_uri: Callable[[], str], options: dict[str, str] | None,
-                write_options: caslake.WriteOptions) -> tuple[type[TableMachine], Stats]:
+                write_options: caslake.WriteOptions, exports: ExportReaders | None = None
+                ) -> tuple[type[TableMachine], Stats]:
     stats = Stats()
     attrs: dict[str, Any] = {"new_uri": staticmethod(new_uri), "options": options,
-                             "write_options": write_options, "stats": stats}
+                             "write_options": write_options, "stats": stats,
+                             "exports": exports}
     return type("Machine", (TableMachine,), attrs), stats
 
 
@@ -613,6 +720,19 @@ def test_model_memory(small_segments: None) -> None:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
     check_faults_fired(stats)
     assert stats.segment_versions > 0
+
+
+def test_model_local_with_exports(tmp_path: Path) -> None:
+    """A local store, so the outside readers can open the exports: the export rule,
+    and gc keeping what the exports reference, among all the other rules."""
+    machine, stats = machine_for(lambda: str(tmp_path / uuid.uuid4().hex), None,
+                                 MEMORY_LAYOUT, ExportReaders())
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=8, stateful_step_count=25, deadline=None, database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    check_faults_fired(stats)
+    print(f"exports read back: {stats.export_checks}")
+    assert stats.export_checks > 0
 
 
 @pytest.mark.s3
@@ -818,3 +938,141 @@ def test_refs_model_memory() -> None:
     run_state_machine_as_test(RefsMachine, settings=settings(
         max_examples=40, stateful_step_count=30, deadline=None, database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+# --- datasets: ParquetDatasetStore writes against a dict of key -> rows ---------------------
+
+DS_KEYS = ["a/x", "a/y", "b"]
+
+
+class DatasetMachine(RuleBasedStateMachine):
+    """Writes (new key or overwrite), deletes and vacuum of ParquetDatasetStore on one
+    memory store, next to a dict model (key -> rows).  A write may meet an armed
+    fault on its ``manifest.json`` put (applied or not, reply lost) or another
+    writer's commit right before it (a race): it must then return (and be visible),
+    raise a typed error that means "not written" (and the previous dataset stays),
+    or raise CommitOutcomeUnknown (either).  Every dataset reads as its model, whole;
+    no other key is a dataset; vacuum leaves each key's current generation readable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.space = uuid.uuid4().hex
+        self.plain = open_store(f"memory://{self.space}")
+        self.store = FaultyStore(self.plain, [])
+        self.model: dict[str, list[Row]] = {}
+        self.armed: Fault | None = None
+        self.race: list[Row] | None = None
+        self.stats: dict[str, int] = {}
+
+    def _pds(self, store: Any) -> ParquetDatasetStore:
+        return ParquetDatasetStore(store, max_rows_per_file=3)  # several parts a write
+
+    def _arm_race(self, key: str, theirs: list[Row]) -> Fault:
+        def other_wins(k: str) -> CaslakeError:
+            self._pds(self.plain).write_dataset(arrow(theirs), key, overwrite=True)
+            self.model[key] = canon(theirs)
+            return PreconditionFailed("another writer committed first", key=k)
+
+        return Fault(frozenset({"put"}), "before", prefix=f"{key}/manifest.json", times=1,
+                     error=other_wins)
+
+    @rule(key=st.sampled_from(DS_KEYS), batch=batch_st, overwrite=st.booleans())
+    def write(self, key: str, batch: list[Row], overwrite: bool) -> None:
+        fault, raced = self.armed, self.race is not None
+        if self.race is not None:
+            fault = self._arm_race(key, self.race)
+        elif fault is not None:
+            fault.prefix = f"{key}/manifest.json"
+        self.armed = self.race = None
+        if fault is not None:
+            self.store.faults.append(fault)
+        existed = key in self.model
+        try:
+            self._pds(self.store).write_dataset(arrow(batch), key, overwrite=overwrite)
+            outcome = "ok"
+        except CaslakeError as e:  # anything else fails the test
+            outcome = type(e).__name__
+        finally:
+            if fault is not None:
+                self.store.faults.remove(fault)
+        fired = fault is not None and fault.fired > 0
+        what = "no fault" if fault is None or not fired else "race" if raced else fault.when
+        label = f"{what} -> {outcome}"
+        self.stats[label] = self.stats.get(label, 0) + 1
+        event(label)
+        before = self.model.get(key)  # a race's write is in the model already
+        try:
+            got: list[Row] | None = table_rows(self._pds(self.plain).read_dataset(key))
+        except DatasetIncomplete:
+            got = None
+        ours = canon(batch)
+        if outcome == "ok":
+            assert got == ours, f"{label}: returned, but the dataset is not ours"
+        elif outcome == "CommitOutcomeUnknown":
+            assert got in (before, ours), f"{label}: neither ours nor the previous one"
+        else:
+            assert got == before, f"{label}: failed, but the dataset changed"
+            assert outcome != "DatasetAlreadyExists" or existed or raced, label
+        if not fired and existed and not overwrite:
+            assert outcome == "DatasetAlreadyExists", label
+        if got is None:
+            self.model.pop(key, None)
+        else:
+            self.model[key] = got
+
+    @precondition(lambda self: self.armed is None and self.race is None)
+    @rule(when=st.sampled_from(["before", "after"]))
+    def inject_manifest_fault(self, when: str) -> None:
+        self.armed = Fault(frozenset({"put"}), when, times=1)
+
+    @precondition(lambda self: self.armed is None and self.race is None)
+    @rule(batch=batch_st)
+    def concurrent_write(self, batch: list[Row]) -> None:
+        self.race = batch
+
+    @rule(key=st.sampled_from(DS_KEYS))
+    def delete(self, key: str) -> None:
+        pds = self._pds(self.plain)
+        if key not in self.model and not any(self.plain.list(key + "/")):
+            with pytest.raises(DatasetNotFound):
+                pds.delete_dataset(key)
+            return
+        pds.delete_dataset(key)
+        self.model.pop(key, None)
+
+    @rule()
+    def vacuum(self) -> None:
+        self._pds(self.plain).vacuum(older_than=timedelta(0))
+
+    @invariant()
+    def datasets_equal_the_model(self) -> None:
+        pds = self._pds(self.plain)
+        for key in DS_KEYS:
+            if key in self.model:
+                assert table_rows(pds.read_dataset(key)) == self.model[key], key
+                parts = pds.read_manifest(key).parts  # pyarrow alone reads the same rows
+                got = pa.concat_tables(pq.read_table(io.BytesIO(
+                    self.plain.get(f"{key}/{p}").data)) for p in parts)
+                assert table_rows(got) == self.model[key], key
+            else:
+                assert not pds.dataset_exists(key), key
+
+    def teardown(self) -> None:
+        forget_memory_space(self.space)
+
+
+def test_dataset_model_memory() -> None:
+    stats: dict[str, int] = {}
+
+    class Machine(DatasetMachine):
+        def teardown(self) -> None:
+            for k, v in self.stats.items():
+                stats[k] = stats.get(k, 0) + v
+            super().teardown()
+
+    run_state_machine_as_test(Machine, settings=settings(
+        max_examples=25, stateful_step_count=20, deadline=None, database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    print(f"\ndataset outcomes: {dict(sorted(stats.items()))}")
+    assert {"race -> DatasetConflict", "race -> DatasetAlreadyExists"} & set(stats), stats
+    assert any(k.startswith("after -> ok") for k in stats), stats  # a lost reply, settled

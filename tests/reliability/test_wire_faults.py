@@ -9,7 +9,7 @@ issue 9 (a short slice; ``make stress`` runs it long) and audits every outcome.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -19,12 +19,22 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 import caslake
-from caslake.errors import AlreadyExists, PutOutcomeUnknown
+from caslake.dataset import DatasetIncomplete, ParquetDatasetStore
+from caslake.errors import AlreadyExists, CaslakeError, PutOutcomeUnknown, TableNotFound
+from caslake.export.delta import LOG_PREFIX
+from caslake.maintenance.verify import verify_table
 from caslake.store import IfMatch, PutMode, S3Store, open_store
 from caslake.testing.moto_server import DUMMY_KEY_ID, DUMMY_SECRET, REGION, storage_options
 from caslake.testing.wire_faults import FaultProxy, WireFault, run_fault_proxy
 from caslake.testing.wire_stress import run_wire_workload
 from tests.conftest import make_bucket
+from tests.export.readers import deltalake_rows, pyiceberg_rows
+from tests.reliability.test_crash_every_step import (
+    ExportReaders,
+    iceberg_metadata_key,
+    read_iceberg_hint,
+    told_the_truth,
+)
 
 pytestmark = pytest.mark.s3
 
@@ -239,3 +249,122 @@ def test_six_writers_under_the_fault_mix_succeed_without_false_outcomes(
     assert report.false_outcomes == []
     assert report.unexplained_versions == []
     assert report.success_rate >= 0.97, report.summary()
+
+
+# --- purge, clone, export and dataset writes under wire faults ------------------------
+
+# The issue-9 mix without its delays (they cost time and change no outcome), denser:
+# each operation below makes a few dozen requests, so faults hit most of its runs.
+OPERATION_MIX = [WireFault("slowdown", 0.06), WireFault("reset", 0.05),
+                 WireFault("lost_reply", 0.08)]
+OP_ROUNDS = 3
+ID_SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
+Run = Callable[[dict[str, str]], object]  # the operation, run with these storage options
+
+
+def _batch(lo: int, hi: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(lo, hi), pa.int64()),
+                     "s": [f"s{i % 5}" for i in range(lo, hi)]}, schema=ID_SCHEMA)
+
+
+def _ids(uri: str, options: dict[str, str]) -> list[int]:
+    t = caslake.open_table(uri, storage_options=options)
+    return sorted(t.to_arrow(columns=["id"]).column("id").to_pylist())
+
+
+def _round(op: str, r: int, uri: str, direct: dict[str, str],
+           readers: ExportReaders) -> tuple[Run, Callable[[], str]]:
+    """Round ``r`` of ``op`` on the table at ``uri``: the run, and a check that (faults
+    off, straight from moto) says whether it is done ("new") or not ("old"), and
+    fails on anything in between."""
+    old = _ids(uri, direct)
+    if op == "purge":
+        where = f"id BETWEEN {100 * r} AND {100 * r + 19}"
+        new = [i for i in old if not 100 * r <= i <= 100 * r + 19]
+
+        def purged() -> str:
+            now = caslake.open_table(uri, storage_options=direct)
+            got = _ids(uri, direct)
+            assert got in (old, new), "a half-done purge"
+            assert verify_table(now.store, deep=True, all_versions=True).ok
+            return "new" if got == new else "old"
+        return lambda o: caslake.open_table(uri, storage_options=o).purge(where), purged
+    if op == "clone":
+        target = f"{uri}-clone-{r}"
+
+        def cloned() -> str:
+            try:
+                got = _ids(target, direct)
+            except TableNotFound:
+                return "old"
+            assert got == old, "a clone of other rows"
+            return "new"
+        return lambda o: caslake.clone(uri, target, storage_options=o), cloned
+    if op.startswith("export_"):
+        fmt = op.removeprefix("export_")
+        caslake.open_table(uri, storage_options=direct).append(_batch(1000 + 10 * r,
+                                                                      1010 + 10 * r))
+        new = _ids(uri, direct)
+
+        def exported() -> str:
+            store = open_store(uri, direct)
+            if fmt == "iceberg":
+                version = read_iceberg_hint(store)
+                got = [] if version is None else pyiceberg_rows(
+                    f"{uri}/{iceberg_metadata_key(version)}", ID_SCHEMA,
+                    properties=readers.iceberg).column("id").to_pylist()
+            elif store.exists(LOG_PREFIX + f"{0:020d}.json"):
+                got = deltalake_rows(uri, ID_SCHEMA,
+                                     storage_options=readers.delta).column("id").to_pylist()
+            else:
+                got = []
+            assert got in (new, old) or (r == 0 and got == []), "a half-done export"
+            return "new" if got == new else "old"
+        return lambda o: getattr(caslake.open_table(uri, storage_options=o), op)(), exported
+    key, data = f"ds/{r}", _batch(100 * r, 100 * r + 50)
+
+    def written() -> str:
+        try:
+            got = ParquetDatasetStore(open_store(uri, direct)).read_dataset(key)
+        except DatasetIncomplete:
+            return "old"
+        assert got.equals(data), "a dataset of other rows"
+        return "new"
+    return (lambda o: ParquetDatasetStore(open_store(uri, o), max_rows_per_file=20)
+            .write_dataset(data, key, overwrite=True)), written
+
+
+@pytest.mark.parametrize("op", ["purge", "clone", "export_iceberg", "export_delta",
+                                "dataset_write"])
+def test_operations_under_the_fault_mix_tell_the_truth(
+        proxy: FaultProxy, bucket: str, moto_server: str, op: str) -> None:
+    """Each round runs ``op`` once through the proxy under the mix; then, faults off,
+    it is done or not, never half-done, and the outcome told the truth (a returned
+    run is done; a typed error other than CommitOutcomeUnknown means not done); a
+    run without faults then finishes it.  The faults must have fired."""
+    direct, faulty = storage_options(moto_server), storage_options(proxy.endpoint)
+    uri = f"s3://{bucket}/tables/t"
+    t = caslake.create_table(uri, ID_SCHEMA, storage_options=direct)
+    t.append(_batch(0, 300))
+    t.append(_batch(300, 600))
+    t.delete("id < 10")
+    readers = ExportReaders.moto(moto_server)
+    outcomes: dict[str, int] = {}
+    for r in range(OP_ROUNDS):
+        run, state = _round(op, r, uri, direct, readers)
+        proxy.set_faults(OPERATION_MIX)
+        try:
+            run(faulty)
+            outcome = "ok"
+        except CaslakeError as e:
+            outcome = type(e).__name__
+        proxy.set_faults([])
+        label = f"{outcome}->{state()}"
+        assert told_the_truth(*label.split("->")), f"{op} round {r}: {label}"
+        if label.endswith("old"):
+            run(direct)
+            assert state() == "new", f"{op} round {r}: not finished after {label}"
+        outcomes[label] = outcomes.get(label, 0) + 1
+    fired = proxy.fired()
+    print(f"\n{op}: {outcomes}; faults fired {fired} in {proxy.requests()} requests")
+    assert sum(fired.values()) >= 1, "no fault fired"
