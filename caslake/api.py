@@ -67,6 +67,7 @@ class Table(TableCore):
               ) -> PurgeReport:
         """Physically erase the rows ``where`` matches, by row-group splice, in one
         version (see :mod:`caslake.maintenance.purge`)."""
+        from caslake.export.roots import export_roots
         from caslake.maintenance.purge import purge
 
         return purge(self.context, where, dry_run=dry_run, expire=expire, progress=progress,
