@@ -14,22 +14,33 @@ that owns it.  Nothing below it imports it.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from caslake.export.delta import export_delta
-from caslake.export.hook import export_on_commit
-from caslake.export.iceberg import export_iceberg
-from caslake.export.result import ExportResult
-from caslake.export.roots import export_roots
 from caslake.expr import Expr
-from caslake.maintenance.compact import compact
-from caslake.maintenance.gc import GcReport, collect_garbage
-from caslake.maintenance.purge import Progress, PurgeReport, purge
-from caslake.table.runner import CommitResult
+from caslake.table.metadata_io import Snapshot
+from caslake.table.runner import CommitResult, TableContext
 from caslake.table.table import HistoryEntry, TableCore
 from caslake.table.write import WriteOptions
+
+if TYPE_CHECKING:
+    from caslake.export.result import ExportResult
+    from caslake.maintenance.gc import GcReport
+    from caslake.maintenance.purge import Progress, PurgeReport
+
+# ``caslake.export`` and ``caslake.maintenance`` are imported by the methods that
+# use them: ``import caslake`` and a scan never load them (tests/test_import_cost.py).
+EXPORT_PROPERTY_PREFIX = "export."
+
+
+def _export_on_commit(ctx: TableContext, snapshot: Snapshot) -> None:
+    """The ``export.*`` table properties' export of a commit (export loaded only
+    when the table has such a property)."""
+    if any(k.startswith(EXPORT_PROPERTY_PREFIX) for k in snapshot.manifest.properties):
+        from caslake.export.hook import export_on_commit
+
+        export_on_commit(ctx, snapshot)
 
 
 class Table(TableCore):
@@ -40,12 +51,14 @@ class Table(TableCore):
         super().__init__(*args, **kwargs)
         # ``export.iceberg`` / ``export.delta`` table properties: export each commit.
         ctx = self.context
-        ctx.on_commit.append(lambda snapshot: export_on_commit(ctx, snapshot))
+        ctx.on_commit.append(lambda snapshot: _export_on_commit(ctx, snapshot))
 
     def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1
                 ) -> CommitResult:
         """Rewrite small files, and files ``deleted_fraction`` or more of whose rows are
         deleted, into new files in one commit (see :mod:`caslake.maintenance.compact`)."""
+        from caslake.maintenance.compact import compact
+
         return compact(self.context, target_file_size=target_file_size,
                        deleted_fraction=deleted_fraction)
 
@@ -54,6 +67,9 @@ class Table(TableCore):
               ) -> PurgeReport:
         """Physically erase the rows ``where`` matches, by row-group splice, in one
         version (see :mod:`caslake.maintenance.purge`)."""
+        from caslake.export.roots import export_roots
+        from caslake.maintenance.purge import purge
+
         return purge(self.context, where, dry_run=dry_run, expire=expire, progress=progress,
                      audit_key=audit_key, extra_roots=(export_roots,))
 
@@ -61,6 +77,9 @@ class Table(TableCore):
            now: datetime | None = None, force: bool = False) -> GcReport:
         """Expire versions older than ``retention`` and delete the objects no retained
         version references (see :mod:`caslake.maintenance.gc`)."""
+        from caslake.export.roots import export_roots
+        from caslake.maintenance.gc import collect_garbage
+
         return collect_garbage(self.context, retention=retention, dry_run=dry_run, now=now,
                                force=force, extra_roots=(export_roots,))
 
@@ -68,11 +87,15 @@ class Table(TableCore):
                        storage_options: dict[str, str] | None = None) -> ExportResult:
         """Write Iceberg v2 metadata for ``version`` (latest if None) under
         ``<out or the table root>/metadata/`` (see :mod:`caslake.export.iceberg`)."""
+        from caslake.export.iceberg import export_iceberg
+
         return export_iceberg(self.context, version, out, storage_options)
 
     def export_delta(self, version: int | None = None) -> ExportResult:
         """Append a Delta commit to ``_delta_log/`` showing ``version`` (latest if None;
         see :mod:`caslake.export.delta`)."""
+        from caslake.export.delta import export_delta
+
         return export_delta(self.context, version)
 
 

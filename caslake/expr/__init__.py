@@ -55,7 +55,6 @@ from caslake.expr.nodes import (
     referenced_columns,
 )
 from caslake.expr.prune import ColumnStats, might_match
-from caslake.expr.sql import parse_sql
 
 __all__ = [
     "FALSE",
@@ -91,6 +90,15 @@ __all__ = [
     "resolve_column",
     "to_arrow",
 ]
+
+
+def parse_sql(text: str) -> Expr:
+    """Parse SQL predicate text into an unbound :class:`Expr` (see
+    :func:`caslake.expr.sql.parse_sql`).  sqlglot is imported here, on the first
+    SQL string, never by ``import caslake`` (tests/test_import_cost.py)."""
+    from caslake.expr.sql import parse_sql as parse
+
+    return parse(text)
 
 
 def compile_where(where: str | Expr | BoundExpr | None, schema: pa.Schema) -> BoundExpr | None:

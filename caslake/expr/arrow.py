@@ -19,6 +19,10 @@ rewritten for ``match_like``.  It never reads data, never re-checks types
 still fail on the data (a CAST that cannot convert), which callers evaluating
 through :func:`filter_table` see as
 :class:`~caslake.errors.PredicateEvaluationError`.
+
+:func:`filter_table` evaluates a simple predicate (columns against literals,
+the common case) eagerly, with the same kernels on the table's columns: no
+Acero plan, so a scan never imports ``pyarrow.dataset`` (and with it pandas).
 """
 
 from __future__ import annotations
@@ -59,8 +63,8 @@ _COMPARE: Final[dict[str, Callable[..., Any]]] = {
 }
 
 
-def _null_bool() -> pc.Expression:
-    return pc.scalar(pa.scalar(None, type=pa.bool_()))  # type: ignore[arg-type]
+def _null_bool() -> pa.Scalar[Any]:
+    return pa.scalar(None, type=pa.bool_())
 
 
 def _null_if_null(value: Any, result: Any) -> pc.Expression:
@@ -70,17 +74,23 @@ def _null_if_null(value: Any, result: Any) -> pc.Expression:
 
 
 class _Translator:
-    def __init__(self, bound: BoundExpr) -> None:
+    """Builds the expression; given ``table``, computes the same kernels on its
+    columns instead (only for a predicate that :func:`is_computed` says is not)."""
+
+    def __init__(self, bound: BoundExpr, table: pa.Table | None = None) -> None:
         self.schema = bound.schema
         self.values = ValueBuilder(bound.schema, for_filter=True)
+        self.table = table
 
     def value(self, node: Value) -> tuple[Any, pa.DataType]:
         if isinstance(node, Column):  # the common case, without the builder
-            return pc.field(node.name), self.schema.field(node.name).type
+            col = pc.field(node.name) if self.table is None else self.table.column(node.name)
+            return col, self.schema.field(node.name).type
         return self.values.build(node)
 
-    def visit(self, node: Expr) -> pc.Expression:
-        result: pc.Expression
+    def visit(self, node: Expr) -> Any:
+        """An expression, or (given a table) a boolean array or scalar."""
+        result: Any
         if isinstance(node, And):
             result = pc.and_kleene(self.visit(node.left), self.visit(node.right))
         elif isinstance(node, Or):
@@ -103,7 +113,8 @@ class _Translator:
                                    pattern=arrow_like_pattern(node.pattern, node.escape),
                                    ignore_case=node.case_insensitive)
         elif isinstance(node, Const):
-            result = pc.scalar(node.value)
+            result = pc.scalar(node.value) if self.table is None else \
+                pa.scalar(node.value, type=pa.bool_())
             if node.unless_null is not None:
                 result = _null_if_null(self.value(node.unless_null)[0], result)
         else:
@@ -127,7 +138,8 @@ def to_arrow(bound: BoundExpr) -> pc.Expression:
         raise InvalidPredicate(
             f"to_arrow needs a bound predicate (see caslake.expr.bind), got {type(bound).__name__}"
         )
-    return _Translator(bound).visit(bound.expr)
+    expr: pc.Expression = _Translator(bound).visit(bound.expr)
+    return expr
 
 
 def is_computed(bound: BoundExpr) -> bool:
@@ -161,9 +173,13 @@ def filter_table(table: pa.Table, bound: BoundExpr) -> pa.Table:
     a number, an integer overflow) raises
     :class:`~caslake.errors.PredicateEvaluationError`, never a pyarrow error.
     """
-    expr = to_arrow(bound)
     try:
-        return table.filter(expr)
+        if is_computed(bound):
+            return table.filter(to_arrow(bound))
+        keep = _Translator(bound, table).visit(bound.expr)
+        if isinstance(keep, pa.Scalar):  # a constant predicate
+            return table if keep.as_py() is True else table.slice(0, 0)
+        return table.filter(keep)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise PredicateEvaluationError(
             f"evaluating where {bound} failed: {str(exc).splitlines()[0][:200]}"

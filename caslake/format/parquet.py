@@ -12,7 +12,7 @@ This module owns everything caslake knows about the inside of a Parquet file:
   (:meth:`FooterInfo.column_indexes`);
 * **page CRCs**: data pages carry CRC-32s; :data:`WRITE_PAGE_CHECKSUMS` and
   :data:`VERIFY_PAGE_CHECKSUMS` are the writer and reader options that add and
-  check them, and :data:`SCAN_FORMAT` is the dataset format that checks them;
+  check them;
 * **footer statistics**: decoding a row group's min/max/null counts into
   :class:`~caslake.format.stats.ColumnStats` (:func:`row_group_stats`) and
   merging them into a file's manifest statistics (:func:`file_stats`).
@@ -34,7 +34,6 @@ from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata
@@ -56,9 +55,6 @@ TRAILER_SIZE = 8
 WRITE_PAGE_CHECKSUMS: dict[str, Any] = {"write_page_checksum": True}
 #: ``pq.ParquetFile`` options: check the page CRC-32s while decoding.
 VERIFY_PAGE_CHECKSUMS: dict[str, Any] = {"page_checksum_verification": True}
-#: The dataset format for scanning data files, checking page CRC-32s.
-SCAN_FORMAT = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
-    **VERIFY_PAGE_CHECKSUMS))
 
 
 # --- footer location and checksum ---------------------------------------------------

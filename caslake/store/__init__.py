@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from caslake.errors import StoreConfigError
 from caslake.store.base import (
@@ -39,7 +40,19 @@ from caslake.store.base import (
 )
 from caslake.store.local import LocalStore
 from caslake.store.memory import MemoryStore
-from caslake.store.s3 import S3Store
+
+if TYPE_CHECKING:
+    from caslake.store.s3 import S3Store
+
+
+def __getattr__(name: str) -> Any:
+    """``S3Store`` on first use: its obstore client takes a noticeable part of
+    ``import caslake``, which a local table never needs."""
+    if name == "S3Store":
+        from caslake.store.s3 import S3Store
+
+        return S3Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "COMPOSE",
@@ -83,6 +96,8 @@ def open_store(uri: str, storage_options: Mapping[str, str | bool] | None = None
     match = _SCHEME_RE.match(uri)
     scheme = match.group(1).lower() if match else ""
     if scheme == "s3":
+        from caslake.store.s3 import S3Store
+
         return S3Store(uri, storage_options)
     if storage_options:
         raise StoreConfigError(

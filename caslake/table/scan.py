@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata, InvalidArgument
@@ -44,10 +43,9 @@ from caslake.expr import (
     might_match,
     referenced_columns,
     resolve_column,
-    to_arrow,
 )
 from caslake.format.manifest import DataFile, TombstoneRef
-from caslake.format.parquet import SCAN_FORMAT, VERIFY_PAGE_CHECKSUMS, FooterInfo
+from caslake.format.parquet import VERIFY_PAGE_CHECKSUMS, FooterInfo
 from caslake.format.schema import TableSchema, type_to_str
 from caslake.format.schema_evolution import field_ids_of, is_widening
 from caslake.format.segment import Stats
@@ -62,7 +60,6 @@ from caslake.table.segments import MightMatch
 
 POSITION = "__pos"
 SLICE_RUN_ROWS = 4096  # mean surviving run length above which deletes are sliced out
-_LOCAL_FS = pafs.LocalFileSystem()
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 MIN_UNIT_BYTES = 4 * 1024 * 1024  # below this, a unit's fixed cost outweighs the parallelism
 FOOTER_WINDOW = 16  # footers fetched ahead of a streaming scan
@@ -488,45 +485,35 @@ class Scan(ArrowExport):
         return pq.ParquetFile(pa.PythonFile(sparse, mode="r"), metadata=footer.metadata,
                               pre_buffer=False, **VERIFY_PAGE_CHECKSUMS)
 
-    def _read_local_fragment(self, path: str, task: FileTask, groups: list[int]) -> pa.Table:
-        """Local file, no deletion mask: let pyarrow's dataset scanner decode and
-        filter the row groups in streamed batches (the same machinery as
-        ``pq.read_table(filters=...)``)."""
-        fragment = SCAN_FORMAT.make_fragment(path, filesystem=_LOCAL_FS, row_groups=groups)
-        table = fragment.to_table(
-            schema=task.footer.arrow_schema, columns=self.columns,
-            filter=to_arrow(self._bound) if self._bound is not None else None)
-        return _cast_to(table, self._arrow_schema, self.columns, task.file.path)
-
     def _read_unit(self, task: FileTask, groups: list[int], *,
                    with_positions: bool = False) -> pa.Table:
         """Decode, drop deleted rows, filter, project.  ``with_positions`` adds a
         ``__pos`` column with each surviving row's position in the file."""
-        if (task.mask is None and not with_positions and self.columns
-                and self._bound is not None and not task.evolved
-                and not is_computed(self._bound)):
-            path = self._store.local_path(task.file.path, etag=task.footer.etag)
-            if path is not None:
-                self._store.counters.record(GET_RANGE, bytes_in=task.footer.chunk_bytes(
-                    groups, task.column_indexes))
-                try:
-                    return self._read_local_fragment(path, task, groups)
-                except (OSError, pa.ArrowException) as e:
-                    raise CorruptMetadata(task.file.path, f"unreadable column data ({e})"
-                                          ) from None
         try:
             pf = self._open_unit(task, groups)
-            table = pf.read_row_groups(groups, columns=task.columns, use_threads=True)
+        except (OSError, pa.ArrowException) as e:
+            raise CorruptMetadata(task.file.path, f"unreadable column data ({e})") from None
+        # One row group at a time: pyarrow's multi-group read concatenates every
+        # column into one buffer (a full copy), and the mask and filter then run
+        # on a group's rows while they are fresh, each output its own chunk.
+        parts = [self._read_group(pf, task, span, with_positions) for span in task.spans(groups)]
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+    def _read_group(self, pf: pq.ParquetFile, task: FileTask, span: tuple[int, int, int],
+                    with_positions: bool) -> pa.Table:
+        """Decode one row group of ``pf`` and finish it (see :meth:`_finish`)."""
+        rg, _, rows = span
+        try:
+            table = pf.read_row_group(rg, columns=task.columns, use_threads=True)
         except (OSError, pa.ArrowException) as e:
             raise CorruptMetadata(task.file.path, f"unreadable column data ({e})") from None
         if task.evolved:
             table = _present(table, task, self._arrow_schema)
         table = _cast_to(table, self._arrow_schema, task.table_columns, task.file.path)
-        spans = task.spans(groups)
-        if table.num_rows != sum(n for _, _, n in spans):
+        if table.num_rows != rows:
             raise CorruptMetadata(task.file.path, f"decoded {table.num_rows} rows where the "
-                                  f"footer promises {sum(n for _, _, n in spans)}")
-        return self._finish(table, task.mask, spans, with_positions)
+                                  f"footer promises {rows}")
+        return self._finish(table, task.mask, [span], with_positions)
 
     def _finish(self, table: pa.Table, mask: DeletionMask | None,
                 spans: list[tuple[int, int, int]], with_positions: bool) -> pa.Table:
