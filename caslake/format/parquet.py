@@ -53,6 +53,10 @@ TRAILER_SIZE = 8
 #: ``pq.ParquetWriter`` options: every data page carries a CRC-32, so a flipped
 #: bit in a page is an error, not a wrong value.
 WRITE_PAGE_CHECKSUMS: dict[str, Any] = {"write_page_checksum": True}
+#: ``pq.ParquetWriter`` options: a decimal of precision <= 18 is stored as INT32/INT64
+#: (the Parquet spec allows it; Spark and arrow-rs write it so), not as a big-endian
+#: FIXED_LEN_BYTE_ARRAY: pyarrow decodes it ~5x faster (TPC-H Q6's columns, SF1).
+DECIMALS_AS_INTEGERS: dict[str, Any] = {"store_decimal_as_integer": True}
 #: ``pq.ParquetFile`` options: check the page CRC-32s while decoding.
 VERIFY_PAGE_CHECKSUMS: dict[str, Any] = {"page_checksum_verification": True}
 

@@ -249,6 +249,7 @@ def encode_row_group(fmd: Any, index: int, kept: pa.Table, rg_bytes: bytes) -> E
             "use_dictionary": settings.use_dictionary or False,
             "column_encoding": settings.column_encoding or None,
             "data_page_version": settings.data_page_version}
+        options["store_decimal_as_integer"] = _decimal_as_integer(source, kept.schema)
         writer = pq.ParquetWriter(
             sink, kept.schema, **options,
             write_statistics=settings.write_statistics,
@@ -273,6 +274,15 @@ def encode_row_group(fmd: Any, index: int, kept: pa.Table, rg_bytes: bytes) -> E
     rg.sorting_columns = source.sorting_columns
     return EncodedGroup(data=data[start:end], row_group=rg, aux_source=data,
                         num_rows=int(rg.num_rows))
+
+
+def _decimal_as_integer(source: Any, schema: pa.Schema) -> bool:
+    """Whether the source stored its decimals as INT32/INT64 (caslake's writer does;
+    older files and other writers use FIXED_LEN_BYTE_ARRAY)."""
+    decimals = {f.name for f in schema if pa.types.is_decimal(f.type)}
+    return any(c.meta_data is not None and c.meta_data.path_in_schema[0] in decimals
+               and c.meta_data.type in (parquet.Type.INT32, parquet.Type.INT64)
+               for c in source.columns)
 
 
 def _check_same_columns(source: Any, new: Any, index: int) -> None:

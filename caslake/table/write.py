@@ -30,6 +30,7 @@ from caslake.errors import InvalidArgument
 from caslake.format.keys import data_file_key
 from caslake.format.manifest import DataFile
 from caslake.format.parquet import (
+    DECIMALS_AS_INTEGERS,
     TRAILER_SIZE,
     WRITE_PAGE_CHECKSUMS,
     ParquetConcat,
@@ -100,7 +101,8 @@ def _encode_group(table: pa.Table, schema: pa.Schema, options: WriteOptions,
     dictionary: dict[str, Any] = {"use_dictionary": use_dictionary}  # stubs say bool only
     with pq.ParquetWriter(sink, schema, compression=options.compression,
                           compression_level=options.level(), write_statistics=True,
-                          **WRITE_PAGE_CHECKSUMS, **dictionary) as writer:
+                          **WRITE_PAGE_CHECKSUMS, **DECIMALS_AS_INTEGERS,
+                          **dictionary) as writer:
         writer.write_table(table, row_group_size=max(1, table.num_rows))
     return sink.getvalue()
 

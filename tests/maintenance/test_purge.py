@@ -374,3 +374,35 @@ def test_planning_reads_each_footer_once(request: pytest.FixtureRequest,
     t.store.get_ranges = recording  # type: ignore[method-assign]
     t.purge("user = 'user7'")
     assert fetched.count(tail) == 1
+
+
+@pytest.mark.parametrize("as_integer", [True, False], ids=["int64", "fixed"])
+def test_decimal_columns_are_spliced_in_the_files_own_physical_type(
+        as_integer: bool, tmp_path: Path) -> None:
+    """caslake stores decimals as INT64; files of other writers (and older caslake) use
+    FIXED_LEN_BYTE_ARRAY.  A splice re-encodes in the source's type, so it stays a
+    splice, and DuckDB reads the exact sums."""
+    from decimal import Decimal
+
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("price", pa.decimal128(15, 2))])
+    t = caslake.create_table(f"memory://dec-{as_integer}", schema)
+    t.store.min_part_size = KiB
+    data = pa.table({"id": pa.array(range(10_000), pa.int64()),
+                     "price": pa.array([Decimal(i) / 100 for i in range(10_000)],
+                                       pa.decimal128(15, 2))})
+    add_file(t, data, store_decimal_as_integer=as_integer)
+    old = only_file(t)
+    report = t.purge("id >= 4000 AND id < 4010")
+    assert report.strategy[old.path] in ("splice", "splice-widened")
+    new = only_file(t)
+    raw = t.store.get(new.path).data
+    want = "INT64" if as_integer else "FIXED_LEN_BYTE_ARRAY"
+    md = pq.read_metadata(io.BytesIO(raw))
+    assert {md.row_group(g).column(1).physical_type for g in range(md.num_row_groups)} == {
+        want}
+    path = tmp_path / "spliced.parquet"
+    path.write_bytes(raw)
+    total, n = duckdb.connect().execute(
+        f"SELECT sum(price), count(*) FROM read_parquet('{path}')").fetchone() or (None, None)
+    assert n == 9_990
+    assert total == sum(Decimal(i) / 100 for i in range(10_000) if not 4000 <= i < 4010)

@@ -67,3 +67,31 @@ def test_a_column_whose_dictionary_overflowed_is_written_plain_afterwards(
     got = duckdb.sql(f"select count(*), count(distinct payload), min(payload), max(kind) "
                      f"from read_parquet('{path}')").fetchall()[0]
     assert got == (rows.num_rows, rows.num_rows, min(rows["payload"].to_pylist()), "c")
+
+
+def test_decimals_are_stored_as_integers_and_read_exactly(tmp_path: Path) -> None:
+    """A decimal of precision <= 18 is stored as INT64 (a wide one stays
+    FIXED_LEN_BYTE_ARRAY); DuckDB and pyarrow read the exact values, and decimal
+    statistics still prune."""
+    from decimal import Decimal
+
+    import duckdb
+
+    schema = pa.schema([("id", pa.int64()), ("price", pa.decimal128(15, 2)),
+                        ("wide", pa.decimal128(30, 4))])
+    t = caslake.create_table((tmp_path / "t").as_uri(), schema)
+    prices = [Decimal(i) / 100 - 5 for i in range(1000)]
+    t.append(pa.table({"id": pa.array(range(1000), pa.int64()),
+                       "price": pa.array(prices, pa.decimal128(15, 2)),
+                       "wide": pa.array([p * 10**12 for p in prices], pa.decimal128(30, 4))},
+                      schema=schema))
+    (f,) = t.io.live_files(t.snapshot)
+    path = str(tmp_path / "t" / f.path)
+    md = pq.read_metadata(path)
+    assert md.row_group(0).column(1).physical_type == "INT64"
+    assert md.row_group(0).column(2).physical_type == "FIXED_LEN_BYTE_ARRAY"
+    got = duckdb.connect().execute(
+        f"SELECT sum(price), min(wide) FROM read_parquet('{path}')").fetchone()
+    assert got == (sum(prices), min(prices) * 10**12)
+    assert t.scan(where="price > 4.98").to_arrow().column("id").to_pylist() == [999]
+    assert t.scan(where="price > 5").to_arrow().num_rows == 0
