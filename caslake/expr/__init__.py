@@ -28,7 +28,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from caslake.errors import InvalidPredicate
-from caslake.expr.arrow import filter_table, is_computed, to_arrow
+from caslake.expr.arrow import filter_table, is_computed, predicate_mask, to_arrow
 from caslake.expr.bind import BoundExpr, bind, resolve_column
 from caslake.expr.nodes import (
     FALSE,
@@ -86,6 +86,7 @@ __all__ = [
     "lit",
     "might_match",
     "parse_sql",
+    "predicate_mask",
     "referenced_columns",
     "resolve_column",
     "to_arrow",

@@ -51,7 +51,7 @@ from caslake.expr.nodes import (
     Value,
 )
 
-__all__ = ["filter_table", "is_computed", "to_arrow"]
+__all__ = ["filter_table", "is_computed", "predicate_mask", "to_arrow"]
 
 _COMPARE: Final[dict[str, Callable[..., Any]]] = {
     "=": pc.equal,
@@ -166,6 +166,24 @@ def is_computed(bound: BoundExpr) -> bool:
     return False
 
 
+def predicate_mask(table: pa.Table, bound: BoundExpr) -> Any:
+    """The SQL value of ``bound`` on each row of ``table``: a boolean array (TRUE,
+    FALSE or NULL per row) or, for a constant predicate, a boolean scalar.  Rows
+    to keep are exactly the TRUE ones.
+
+    For a simple predicate only (see :func:`is_computed`); a failure on the data
+    raises :class:`~caslake.errors.PredicateEvaluationError`."""
+    try:
+        return _Translator(bound, table).visit(bound.expr)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise _evaluation_error(bound, exc) from None
+
+
+def _evaluation_error(bound: BoundExpr, exc: Exception) -> PredicateEvaluationError:
+    return PredicateEvaluationError(
+        f"evaluating where {bound} failed: {str(exc).splitlines()[0][:200]}")
+
+
 def filter_table(table: pa.Table, bound: BoundExpr) -> pa.Table:
     """The rows of ``table`` where ``bound`` is TRUE.
 
@@ -173,14 +191,12 @@ def filter_table(table: pa.Table, bound: BoundExpr) -> pa.Table:
     a number, an integer overflow) raises
     :class:`~caslake.errors.PredicateEvaluationError`, never a pyarrow error.
     """
-    try:
-        if is_computed(bound):
-            return table.filter(to_arrow(bound))
-        keep = _Translator(bound, table).visit(bound.expr)
+    if not is_computed(bound):
+        keep = predicate_mask(table, bound)
         if isinstance(keep, pa.Scalar):  # a constant predicate
             return table if keep.as_py() is True else table.slice(0, 0)
         return table.filter(keep)
+    try:
+        return table.filter(to_arrow(bound))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise PredicateEvaluationError(
-            f"evaluating where {bound} failed: {str(exc).splitlines()[0][:200]}"
-        ) from None
+        raise _evaluation_error(bound, exc) from None
