@@ -21,8 +21,11 @@ through :func:`filter_table` see as
 :class:`~caslake.errors.PredicateEvaluationError`.
 
 :func:`filter_table` evaluates a simple predicate (columns against literals,
-the common case) eagerly, with the same kernels on the table's columns: no
-Acero plan, so a scan never imports ``pyarrow.dataset`` (and with it pandas).
+the common case) eagerly: numeric, date and decimal leaves with numpy on the
+column buffers (:mod:`caslake.expr.vector`), the rest with the same kernels on
+the table's columns.  No Acero plan, so a scan never imports
+``pyarrow.dataset``; and no Python-to-Arrow conversion on the numpy path, so
+a scan with such a predicate never imports pandas.
 """
 
 from __future__ import annotations
@@ -50,8 +53,9 @@ from caslake.expr.nodes import (
     Or,
     Value,
 )
+from caslake.expr.vector import arrow_mask, boolean_scalar, evaluate
 
-__all__ = ["filter_table", "is_computed", "predicate_mask", "to_arrow"]
+__all__ = ["filter_table", "is_computed", "kernel_mask", "predicate_mask", "to_arrow"]
 
 _COMPARE: Final[dict[str, Callable[..., Any]]] = {
     "=": pc.equal,
@@ -171,8 +175,24 @@ def predicate_mask(table: pa.Table, bound: BoundExpr) -> Any:
     FALSE or NULL per row) or, for a constant predicate, a boolean scalar.  Rows
     to keep are exactly the TRUE ones.
 
-    For a simple predicate only (see :func:`is_computed`); a failure on the data
-    raises :class:`~caslake.errors.PredicateEvaluationError`."""
+    For a simple predicate only (see :func:`is_computed`).  Numeric, date,
+    timestamp, bool and decimal (precision <= 18) leaves run with numpy on the
+    column buffers (:mod:`caslake.expr.vector`), the others with Arrow's
+    kernels, exactly as :func:`kernel_mask`; a failure on the data raises
+    :class:`~caslake.errors.PredicateEvaluationError`."""
+    expr = bound.expr
+    if isinstance(expr, Const) and expr.unless_null is None:
+        return boolean_scalar(expr.value)
+    try:
+        result = evaluate(table, expr, _Translator(bound, table).visit)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise _evaluation_error(bound, exc) from None
+    return arrow_mask(result, table.num_rows)
+
+
+def kernel_mask(table: pa.Table, bound: BoundExpr) -> Any:
+    """:func:`predicate_mask` computed with Arrow's kernels only (the reference
+    the numpy evaluation must equal, row by row)."""
     try:
         return _Translator(bound, table).visit(bound.expr)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
