@@ -38,7 +38,13 @@ import pyarrow.compute as pc
 
 from caslake.errors import InvalidPredicate, PredicateEvaluationError
 from caslake.expr.bind import BoundExpr, is_float_type
-from caslake.expr.functions import ValueBuilder, arrow_like_pattern, literal_scalar
+from caslake.expr.functions import (
+    ValueBuilder,
+    arrow_like_pattern,
+    literal_array,
+    literal_scalar,
+    null_scalar,
+)
 from caslake.expr.nodes import (
     And,
     Column,
@@ -68,7 +74,7 @@ _COMPARE: Final[dict[str, Callable[..., Any]]] = {
 
 
 def _null_bool() -> pa.Scalar[Any]:
-    return pa.scalar(None, type=pa.bool_())
+    return null_scalar(pa.bool_())
 
 
 def _null_if_null(value: Any, result: Any) -> pc.Expression:
@@ -118,7 +124,7 @@ class _Translator:
                                    ignore_case=node.case_insensitive)
         elif isinstance(node, Const):
             result = pc.scalar(node.value) if self.table is None else \
-                pa.scalar(node.value, type=pa.bool_())
+                literal_scalar(node.value, pa.bool_())
             if node.unless_null is not None:
                 result = _null_if_null(self.value(node.unless_null)[0], result)
         else:
@@ -131,7 +137,9 @@ class _Translator:
         if is_float_type(arrow_type) and 0.0 in values:
             # Arrow's hash lookup treats 0.0 and -0.0 as different; SQL does not.
             values.extend([0.0, -0.0])
-        value_set = pa.array(values, type=arrow_type)
+        value_set = literal_array(values, arrow_type)  # type: ignore[arg-type]
+        if value_set is None:
+            value_set = pa.array(values, type=arrow_type)
         found: pc.Expression = pc.is_in(value, value_set=value_set)
         return _null_if_null(value, found)
 

@@ -29,7 +29,7 @@ types (binding did).
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Final, TypeAlias, cast
@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from caslake.expr.functions import epoch_days, epoch_ticks
 from caslake.expr.nodes import And, Column, Compare, Const, Expr, In, IsNull, Literal, Not, Or
 
 __all__ = ["Tri", "arrow_mask", "boolean_scalar", "evaluate"]
@@ -49,11 +50,6 @@ Bools: TypeAlias = npt.NDArray[np.bool_]
 Tri: TypeAlias = tuple[Bools, "Bools | None"]
 Fallback: TypeAlias = Callable[[Expr], Any]
 
-_EPOCH_DATE: Final = date(1970, 1, 1)
-_NAIVE_EPOCH: Final = datetime(1970, 1, 1)
-_UTC_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_MICROSECOND: Final = timedelta(microseconds=1)
-_TICKS_PER_SECOND: Final = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 _MAX_DECIMAL_DIGITS: Final = 18  # every such value fits in an int64
 _FEW_VALUES: Final = 8  # IN lists up to this size: one == per value; longer: a sorted search
 _NUMPY_OPS: Final[dict[str, Callable[..., Any]]] = {
@@ -189,17 +185,15 @@ def _exact(value: object, t: pa.DataType) -> Fraction | float:
         scale: int = cast(pa.Decimal128Type, t).scale
         return Fraction(value) * Fraction(10**scale)
     if types.is_date32(t) and isinstance(value, date) and not isinstance(value, datetime):
-        return Fraction((value - _EPOCH_DATE).days)
+        return Fraction(epoch_days(value))
     if types.is_timestamp(t) and isinstance(value, datetime):
         ts_type = cast(pa.TimestampType, t)
-        if ts_type.tz is not None:
-            instant = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-            micros = (instant - _UTC_EPOCH) // _ONE_MICROSECOND
-        else:
-            naive = value if value.tzinfo is None else \
+        if ts_type.tz is not None:  # a naive literal is UTC (as binding takes it)
+            instant = value.replace(tzinfo=UTC) if value.tzinfo is None else value
+        else:  # an aware literal is converted to UTC and made naive
+            instant = value if value.tzinfo is None else \
                 value.astimezone(UTC).replace(tzinfo=None)
-            micros = (naive - _NAIVE_EPOCH) // _ONE_MICROSECOND
-        return Fraction(micros * _TICKS_PER_SECOND[ts_type.unit], 1_000_000)
+        return epoch_ticks(instant, ts_type.unit)
     raise _Unsupported
 
 
