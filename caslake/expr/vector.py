@@ -16,8 +16,8 @@ value (TRUE, FALSE or NULL) as numpy booleans.
   floor, and one beyond the domain a constant.
 * Floats compare as IEEE (NaN is unordered: only ``!=`` holds), as Arrow's
   kernels do, and ``IN`` uses ``==`` so ``0.0`` and ``-0.0`` are one value.
-* Any other leaf (a string column, a wide decimal, a literal of an unexpected
-  kind) is handed to the caller's ``fallback`` (Arrow compute) and its result
+* Any other leaf (a string column, a wide decimal, an ``IN`` list longer than
+  a few values, a literal of an unexpected kind) is handed to the caller's ``fallback`` (Arrow compute) and its result
   joins the rest in Kleene logic.
 
 It never builds an Arrow value from Python objects (``pa.scalar``,
@@ -51,7 +51,7 @@ Tri: TypeAlias = tuple[Bools, "Bools | None"]
 Fallback: TypeAlias = Callable[[Expr], Any]
 
 _MAX_DECIMAL_DIGITS: Final = 18  # every such value fits in an int64
-_FEW_VALUES: Final = 8  # IN lists up to this size: one == per value; longer: a sorted search
+_FEW_VALUES: Final = 8  # IN lists up to this size: one == per value; longer: Arrow's is_in
 _NUMPY_OPS: Final[dict[str, Callable[..., Any]]] = {
     "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
     ">": np.greater, ">=": np.greater_equal,
@@ -276,6 +276,8 @@ class _Evaluator:
         return column.leaf(column.apply(lambda values, out: fn(values, literal, out=out)))
 
     def isin(self, column: _Column, values: list[object]) -> Tri:
+        if len(values) > _FEW_VALUES:
+            raise _Unsupported  # Arrow's hash lookup beats numpy on a long list
         keys: list[Any] = []
         for value in values:
             q = _exact(value, column.type)
@@ -287,16 +289,12 @@ class _Evaluator:
                     keys.append(test[1])
         if not keys:
             return column.constant(False)
-        wanted = np.sort(np.array(keys, dtype=column.dtype))
+        wanted = np.array(keys, dtype=column.dtype)
 
         def found(values: npt.NDArray[Any], out: Bools) -> None:
-            if len(wanted) <= _FEW_VALUES:
-                np.equal(values, wanted[0], out=out)
-                for key in wanted[1:]:
-                    out |= values == key
-                return
-            at = np.searchsorted(wanted, values).clip(0, len(wanted) - 1)
-            np.equal(wanted[at], values, out=out)
+            np.equal(values, wanted[0], out=out)
+            for key in wanted[1:]:
+                out |= values == key
 
         return column.leaf(column.apply(found))
 
