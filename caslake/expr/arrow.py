@@ -59,7 +59,7 @@ from caslake.expr.nodes import (
     Or,
     Value,
 )
-from caslake.expr.vector import arrow_mask, boolean_scalar, evaluate
+from caslake.expr.vector import arrow_mask, evaluate
 
 __all__ = ["filter_table", "is_computed", "kernel_mask", "predicate_mask", "to_arrow"]
 
@@ -190,7 +190,7 @@ def predicate_mask(table: pa.Table, bound: BoundExpr) -> Any:
     :class:`~caslake.errors.PredicateEvaluationError`."""
     expr = bound.expr
     if isinstance(expr, Const) and expr.unless_null is None:
-        return boolean_scalar(expr.value)
+        return literal_scalar(expr.value, pa.bool_())
     try:
         result = evaluate(table, expr, _Translator(bound, table).visit)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:

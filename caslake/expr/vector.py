@@ -41,7 +41,7 @@ import pyarrow as pa
 from caslake.expr.functions import epoch_days, epoch_ticks
 from caslake.expr.nodes import And, Column, Compare, Const, Expr, In, IsNull, Literal, Not, Or
 
-__all__ = ["Tri", "arrow_mask", "boolean_scalar", "evaluate"]
+__all__ = ["Tri", "arrow_mask", "evaluate"]
 
 Bools: TypeAlias = npt.NDArray[np.bool_]
 # (rows where the predicate is TRUE, rows where it is FALSE -- None when that
@@ -363,9 +363,3 @@ def arrow_mask(result: Tri, rows: int) -> pa.BooleanArray:
 
 def _packed(bools: Bools) -> pa.Buffer:
     return pa.py_buffer(cast(Any, np.packbits(bools, bitorder="little")))
-
-
-def boolean_scalar(value: bool) -> pa.BooleanScalar:
-    """An Arrow boolean scalar, built without ``pa.scalar`` (see the module docstring)."""
-    one = pa.Array.from_buffers(pa.bool_(), 1, [None, pa.py_buffer(bytes([int(value)]))])
-    return cast(pa.BooleanScalar, one[0])
