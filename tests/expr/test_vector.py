@@ -20,7 +20,7 @@ import itertools
 import json
 import subprocess
 import sys
-from datetime import UTC
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -102,13 +102,17 @@ def test_numpy_mask_equals_arrow_kernels_and_the_oracle(
 # Types reference.py does not cover: unsigned 64-bit, the widest int64-backed
 # decimal, a decimal too wide for the numpy path (Arrow's kernels evaluate it).
 WIDE = pa.schema([("u", pa.uint64()), ("d18", pa.decimal128(18, 3)),
-                  ("d0", pa.decimal128(18, 0)), ("d38", pa.decimal128(38, 2))])
+                  ("d0", pa.decimal128(18, 0)), ("d38", pa.decimal128(38, 2)),
+                  ("tns", pa.timestamp("ns")), ("tms", pa.timestamp("ms", tz="UTC"))])
+_T0 = datetime(1969, 12, 31, 23, 59, 59)
+_TIMES = [_T0 + timedelta(microseconds=us) for us in (0, 1, 999, 1000, 1001, 2_000_000)]
 _D18 = [Decimal(t) for t in ("999999999999999.999", "-999999999999999.999", "0.000", "-0.001",
                              "0.055", "1.500", "-1.500", "24.000")]
 _D0 = [Decimal(t) for t in ("999999999999999999", "-999999999999999999", "0", "-1", "7")]
 _D38 = [Decimal(t) for t in ("999999999999999999999999999999999999.99", "-0.01", "0.05", "1.50")]
-_WIDE_DATA: dict[str, list[Any]] = {"u": [0, 1, 2**63, 2**64 - 1, 7], "d18": _D18, "d0": _D0,
-                                    "d38": _D38}
+_WIDE_DATA: dict[str, list[Any]] = {
+    "u": [0, 1, 2**63, 2**64 - 1, 7], "d18": _D18, "d0": _D0, "d38": _D38, "tns": _TIMES,
+    "tms": [t.replace(tzinfo=UTC) for t in _TIMES if t.microsecond % 1000 == 0]}
 _WIDE_LITERALS: dict[str, st.SearchStrategy[Any]] = {
     "u": st.sampled_from([0, 1, 7, 2**63, 2**64 - 1, 2**64, -1, 0.5]),
     "d18": st.one_of(st.sampled_from(_D18), st.sampled_from(
@@ -116,6 +120,10 @@ _WIDE_LITERALS: dict[str, st.SearchStrategy[Any]] = {
     "d0": st.one_of(st.sampled_from(_D0), st.sampled_from(
         [Decimal("0.5"), Decimal("-0.5"), 10**18, -(10**18), 2**63, -(2**63) - 1])),
     "d38": st.one_of(st.sampled_from(_D38), st.sampled_from([Decimal("0.055"), 2, -1])),
+    "tns": st.one_of(st.sampled_from(_TIMES), st.sampled_from(
+        [datetime(2262, 4, 12), datetime(1677, 9, 21), datetime(1970, 1, 1, tzinfo=UTC)])),
+    "tms": st.one_of(st.sampled_from(_TIMES), st.sampled_from(
+        [_T0.replace(tzinfo=timezone(timedelta(hours=-2))), datetime(9999, 12, 31)])),
 }
 
 
