@@ -53,6 +53,7 @@ from caslake.format.schema_evolution import field_ids_of, is_widening
 from caslake.format.segment import Stats
 from caslake.format.stats import column_stats, data_file_stats
 from caslake.store.base import GET_RANGE
+from caslake.table.cache import LruCache
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.table.footers import FooterCache
 from caslake.table.interop import ArrowExport
@@ -65,6 +66,12 @@ SLICE_RUN_ROWS = 4096  # mean surviving run length above which deletes are slice
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 MIN_UNIT_BYTES = 4 * 1024 * 1024  # below this, a unit's fixed cost outweighs the parallelism
 FOOTER_WINDOW = 16  # footers fetched ahead of a streaming scan
+#: Each data file's dictionary-only column chunks, by (path, footer CRC-32 from the
+#: manifest, which the footer was checked against; a file without one uses its
+#: footer's own memo): process-wide, because a table
+#: handle keeps its own footer cache and a Spark task builds a new one, and the
+#: footer's Thrift decode that finds them costs ~50-100 ms for TPC-H SF1's file.
+_DICTIONARY_CHUNKS: LruCache[tuple[str, int], frozenset[tuple[int, int]]] = LruCache(4096)
 
 
 @dataclass(frozen=True)
@@ -512,8 +519,14 @@ class Scan(ArrowExport):
         # column into one buffer (a full copy), and the mask and filter then run
         # on a group's rows while they are fresh, each output its own chunk.
         parts = []
+        chunks: frozenset[tuple[int, int]] = frozenset()
+        crc = task.file.footer_crc32
+        if task.dictionary:
+            chunks = (task.footer.dictionary_chunks if crc is None else
+                      _DICTIONARY_CHUNKS.get_or_load((task.file.path, crc),
+                                                     lambda: task.footer.dictionary_chunks))
         for span in task.spans(groups):
-            dictionary = _dictionary_columns(task, span[0])
+            dictionary = _dictionary_columns(task, span[0], chunks)
             pf = files.get(dictionary)
             if pf is None:
                 try:
@@ -687,13 +700,14 @@ def _text(stored: pa.DataType, table_type: pa.DataType) -> bool:
                                           or pa.types.is_binary(stored))
 
 
-def _dictionary_columns(task: FileTask, rg: int) -> tuple[str, ...]:
+def _dictionary_columns(task: FileTask, rg: int, chunks: frozenset[tuple[int, int]]
+                        ) -> tuple[str, ...]:
     """The columns of ``task`` to decode as dictionaries in row group ``rg``: those
-    whose chunk there is dictionary-only (a plain or fallen-back chunk would be
-    hashed into a dictionary value by value, slower than decoding it plain)."""
+    whose chunk there is dictionary-only (in ``chunks``, the file's; a plain or
+    fallen-back chunk would be hashed into a dictionary value by value, slower
+    than decoding it plain)."""
     if not task.dictionary:
         return ()
-    chunks = task.footer.dictionary_chunks
     return tuple(name for name, c in zip(task.columns, task.column_indexes, strict=True)
                  if name in task.dictionary and (rg, c) in chunks)
 

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import caslake
+from caslake.format import parquet
 from caslake.format.parquet import FooterInfo, parse_footer
 from caslake.table import scan
 from caslake.table.write import WriteOptions
@@ -160,6 +161,26 @@ def test_renamed_and_added_columns_with_dictionary_chunks(tmp_path: Path) -> Non
     want = _duck(data, [DELETES[1]], "id < 50000",
                  "id, flag AS status, CAST(NULL AS VARCHAR) AS extra, s")
     assert _same(got.sort_by("id"), want)
+
+
+def test_a_files_dictionary_chunks_are_found_once_per_process(
+        table: tuple[caslake.Table, list[int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new table handle (or Spark task) has its own footer cache; the Thrift
+    decode of the footer that finds the dictionary-only chunks is not redone."""
+    t, versions = table
+    want = t.scan(columns=["flag"], version=versions[0]).count()
+    decodes = []
+
+    def counting(data: bytes, *, what: str = "") -> object:
+        decodes.append(what)
+        return decode(data, what=what)
+    decode = parquet.decode_file_metadata
+    monkeypatch.setattr(parquet, "decode_file_metadata", counting)
+    scan._DICTIONARY_CHUNKS.clear()
+    for _ in range(3):
+        fresh = caslake.open_table(t.uri)
+        assert fresh.scan(columns=["flag"], version=versions[0]).count() == want
+    assert len(decodes) == 1
 
 
 @pytest.mark.parametrize("values", [["A", "N", "R"], ["ab", "cd"], ["x", "yy", ""], [""],
