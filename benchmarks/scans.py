@@ -241,6 +241,7 @@ def bench_peers(root: Path, data: pa.Table, names: Sequence[str], check: Answers
             results[name].error = failure(phase, err)
             status = f"FAILED ({results[name].error})"
         print(f"  {name}: built, {status}, {time.perf_counter() - t0:.1f}s", flush=True)
+    t0 = time.perf_counter()
     for _ in range(warm):  # interleaved: every system in turn, each repetition
         for name, system in list(systems.items()):
             try:
@@ -254,12 +255,15 @@ def bench_peers(root: Path, data: pa.Table, names: Sequence[str], check: Answers
                     raise
                 results[name].error = failure("warm scan", err)
                 del systems[name]
+    t1 = time.perf_counter()
     if cold:
         for name, system in systems.items():
             for scan in SCANS:
                 t, got = _cold(system, scan, plan.n)
                 check.scan(f"{name} {scan} scan (cold)", scan, got)
                 results[name].cold[scan] = t
+    print(f"  warm scans {t1 - t0:.1f}s, cold scans (fresh processes) "
+          f"{time.perf_counter() - t1:.1f}s", flush=True)
     return results, systems
 
 
