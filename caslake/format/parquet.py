@@ -24,6 +24,7 @@ The Thrift codec that purge needs to rewrite footers belongs here too.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import struct
 import zlib
@@ -39,7 +40,6 @@ import pyarrow.parquet as pq
 from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile
 from caslake.format.parquet_thrift import (
-    clone,
     decode_file_metadata,
     footer_tail,
     shift_row_group,
@@ -287,8 +287,11 @@ class ParquetConcat:
 
     def __init__(self) -> None:
         self._template: Any = None
-        self._groups: list[Any] = []
-        self.dictionary_fallbacks: set[str] = set()
+        self._groups: list[Any] = []  # decoded, offsets moved
+        self._undecoded: list[tuple[bytes, int, str]] = []  # (footer, file offset, path)
+        self._added = 0
+        self._only_footer: bytes | None = None  # the first group's own footer, verbatim
+        self._fallbacks: set[str] = set()
 
     @staticmethod
     def head() -> bytes:
@@ -296,32 +299,54 @@ class ParquetConcat:
 
     def add(self, encoded: Any, offset: int, *, path: str) -> memoryview:
         """The bytes to write at file ``offset`` for the one row group of the
-        complete Parquet file ``encoded`` (bytes or a pyarrow Buffer)."""
+        complete Parquet file ``encoded`` (bytes or a pyarrow Buffer).  Its
+        footer is decoded only when needed: a file of this one group, where the
+        encoder put it, is the encoder's own bytes (a small append's fixed cost)."""
         view = memoryview(encoded)
         footer_size = footer_size_from_trailer(bytes(view[-TRAILER_SIZE:]), path=path)
-        fmd = decode_file_metadata(bytes(view[-footer_size:-TRAILER_SIZE]), what=path)
-        if len(fmd.row_groups) != 1:
-            raise CorruptMetadata(path, f"an encoded group holds {len(fmd.row_groups)} row "
-                                  "groups, not 1")
-        (group,) = fmd.row_groups
-        if any(c.column_index_offset is not None or c.offset_index_offset is not None
-               or c.meta_data.bloom_filter_offset is not None for c in group.columns):
-            raise CorruptMetadata(path, "an encoded group has page indexes or bloom filters")
-        self.dictionary_fallbacks.update(dictionary_fallbacks(group))
-        shift_row_group(group, offset - len(MAGIC))
-        group.ordinal = len(self._groups)
-        self._groups.append(group)
-        if self._template is None:
-            self._template = fmd
+        footer = bytes(view[len(view) - footer_size:])
+        if self._added == 0 and offset == len(MAGIC):
+            self._only_footer = footer
+        self._undecoded.append((footer, offset, path))
+        self._added += 1
         return view[len(MAGIC):len(view) - footer_size]
+
+    def _decoded_groups(self) -> list[Any]:
+        """Every group added so far, decoded and moved to its offset in the file."""
+        for footer, offset, path in self._undecoded:
+            fmd = decode_file_metadata(footer[:-TRAILER_SIZE], what=path)
+            if len(fmd.row_groups) != 1:
+                raise CorruptMetadata(path, f"an encoded group holds {len(fmd.row_groups)} "
+                                      "row groups, not 1")
+            (group,) = fmd.row_groups
+            if any(c.column_index_offset is not None or c.offset_index_offset is not None
+                   or c.meta_data.bloom_filter_offset is not None for c in group.columns):
+                raise CorruptMetadata(path, "an encoded group has page indexes or bloom "
+                                      "filters")
+            self._fallbacks.update(dictionary_fallbacks(group))
+            shift_row_group(group, offset - len(MAGIC))
+            group.ordinal = len(self._groups)
+            self._groups.append(group)
+            if self._template is None:
+                self._template = fmd
+        self._undecoded.clear()
+        return self._groups
+
+    @property
+    def dictionary_fallbacks(self) -> set[str]:
+        self._decoded_groups()
+        return self._fallbacks
 
     def tail(self) -> bytes:
         """The footer of the file (every group added so far), length and magic."""
-        if self._template is None:
+        if self._added == 0:
             raise CorruptMetadata("parquet file", "a file needs at least one row group")
-        fmd = clone(self._template)
-        fmd.row_groups = self._groups
-        fmd.num_rows = sum(g.num_rows for g in self._groups)
+        if self._added == 1 and self._only_footer is not None:
+            return self._only_footer
+        groups = self._decoded_groups()
+        fmd = copy.copy(self._template)  # shallow: only the two fields below change
+        fmd.row_groups = groups
+        fmd.num_rows = sum(g.num_rows for g in groups)
         return bytes(footer_tail(fmd))
 
 

@@ -120,13 +120,12 @@ class _FileBuilder:
         self.sink.write(self.concat.head())
         self.rows = 0
 
-    def add(self, encoded: pa.Buffer, rows: int) -> tuple[int, set[str]]:
-        """Append one encoded group; return the bytes it added to the file and
-        the columns whose dictionary has overflowed in this file so far."""
+    def add(self, encoded: pa.Buffer, rows: int) -> int:
+        """Append one encoded group; return the bytes it added to the file."""
         pages = self.concat.add(encoded, self.sink.tell(), path=self.path)
         self.sink.write(pages)
         self.rows += rows
-        return len(pages), self.concat.dictionary_fallbacks
+        return len(pages)
 
     def size(self) -> int:
         return int(self.sink.tell())
@@ -171,6 +170,7 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
     # which saves the CPU of building a dictionary only to drop it, and with
     # zstd the plain pages are no larger.  Learnt from the first group's footer.
     plain: set[str] = set()
+    learn_from: list[ParquetConcat] = []  # files whose groups ``plain`` has not seen yet
 
     def flush_file() -> None:
         nonlocal builder
@@ -196,8 +196,9 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
         nonlocal builder, rows_per_group
         if builder is None:
             builder = _FileBuilder(staging)
-        written, fell_back = builder.add(encoded, rows)
-        plain.update(fell_back)
+        written = builder.add(encoded, rows)
+        if builder.concat not in learn_from:
+            learn_from.append(builder.concat)
         # Size row groups by their *compressed* bytes, learnt from what was written.
         per_row = max(written / rows, 1e-3)
         rows_per_group = max(1, int(options.row_group_size / per_row))
@@ -216,6 +217,9 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
 
     def write_group(table: pa.Table) -> None:
         use_dictionary: bool | list[str] = True
+        for concat in learn_from:  # read only when another group follows
+            plain.update(concat.dictionary_fallbacks)
+        del learn_from[:-1]  # the open file's later groups are still to be learnt
         if plain:
             use_dictionary = [n for n in arrow_schema.names if n not in plain] or False
         inflight.append((pool.submit(_encode_group, table, arrow_schema, options,

@@ -562,3 +562,23 @@ def test_cast_rounding_a_decimal_can_carry_into_a_new_digit() -> None:
     assert rows("CAST(d AS BIGINT) = 10000000") == [values[0]]
     assert rows("CAST(d AS BIGINT) < 1") == [values[1], values[3]]
     assert rows("CAST(d AS DECIMAL(9,1)) = 10000000.0") == [values[0]]
+
+
+@pytest.mark.parametrize("column", ["id", "i8", "u64"])
+def test_long_integer_in_lists_bind_like_the_general_rule(column: str) -> None:
+    """An IN list of whole numbers on an integer column (the fast case) binds to
+    the same tree as the general per-value rule, which a Decimal in the list
+    takes: out-of-range values dropped, duplicates once, order kept."""
+    import random
+
+    rng = random.Random(3)
+    for _ in range(50):
+        n = rng.randint(1, 40)
+        values = [rng.choice([rng.randint(-300, 300), rng.randint(-2**70, 2**70)])
+                  for _ in range(n)]
+        values += values[: rng.randint(0, n)]  # duplicates
+        general = [Decimal(values[0]), *values[1:]]
+        assert bind(col(column).isin(values), SCHEMA).expr == \
+            bind(col(column).isin(general), SCHEMA).expr
+        assert bind(~col(column).isin(values), SCHEMA).expr == \
+            bind(~col(column).isin(general), SCHEMA).expr
