@@ -63,7 +63,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from benchmarks.peers import SYSTEMS, IdRange, Ran, System
-from benchmarks.timing import Check, failure, fresh_process, timed, timed_cpu
+from benchmarks.timing import Check, failure, fresh_process, set_cores, timed, timed_cpu
 
 SCHEMA = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")),
                     ("user", pa.string()), ("amount", pa.float64()),
@@ -331,14 +331,6 @@ def print_report(n: int, results: dict[str, Result]) -> list[str]:
 
 
 # --- core scaling -------------------------------------------------------------------
-
-def set_cores(n: int) -> None:
-    """pyarrow's CPU pool and caslake's scan/encode pools to ``n`` threads."""
-    from caslake.table import pools
-
-    pa.set_cpu_count(n)
-    pools.set_threads(n)
-
 
 def bench_cores(caslake_root: Path, n_rows: int, check: Answers, cores: Sequence[int],
                 warm: int = WARM) -> None:

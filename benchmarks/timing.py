@@ -42,6 +42,16 @@ def timed_cpu(fn: Callable[[], Any]) -> tuple[float, float, Any]:
     return time.perf_counter() - t0, time.process_time() - c0, out
 
 
+def set_cores(n: int) -> None:
+    """pyarrow's CPU pool and caslake's scan and encode pools to ``n`` threads."""
+    import pyarrow as pa
+
+    from caslake.table import pools
+
+    pa.set_cpu_count(n)
+    pools.set_threads(n)
+
+
 def fresh_process(code: str, timeout: float = 1800) -> dict[str, Any]:
     """Run ``code`` in a new interpreter (this repository first on its path) and
     return the JSON object it printed last on a line of its own: how a cold run
