@@ -5,7 +5,17 @@ from __future__ import annotations
 import sys
 
 from benchmarks import append as append_bench
-from benchmarks import core, deletes, metadata, purge, scan_paths, scans, segment_width, tpch
+from benchmarks import (
+    core,
+    deletes,
+    metadata,
+    predicates,
+    purge,
+    scan_paths,
+    scans,
+    segment_width,
+    tpch,
+)
 from benchmarks import dataset as dataset_bench
 from benchmarks import export as export_bench
 from benchmarks import spark as spark_bench
@@ -23,6 +33,7 @@ def main() -> int:
     export_bench.main(quick=quick)
     dataset_bench.main(quick=quick)
     spark_bench.main(quick=quick)
+    predicates.main(0.1 if quick else 1.0)
     paths = scan_paths.main(0.1 if quick else 1.0, [1, 2], append=True)
     return tpch.main(quick=quick) or paths or synthetic
 

@@ -21,8 +21,11 @@ through :func:`filter_table` see as
 :class:`~caslake.errors.PredicateEvaluationError`.
 
 :func:`filter_table` evaluates a simple predicate (columns against literals,
-the common case) eagerly, with the same kernels on the table's columns: no
-Acero plan, so a scan never imports ``pyarrow.dataset`` (and with it pandas).
+the common case) eagerly: numeric, date and decimal leaves with numpy on the
+column buffers (:mod:`caslake.expr.vector`), the rest with the same kernels on
+the table's columns.  No Acero plan, so a scan never imports
+``pyarrow.dataset``; and no Python-to-Arrow conversion on the numpy path, so
+a scan with such a predicate never imports pandas.
 """
 
 from __future__ import annotations
@@ -35,7 +38,13 @@ import pyarrow.compute as pc
 
 from caslake.errors import InvalidPredicate, PredicateEvaluationError
 from caslake.expr.bind import BoundExpr, is_float_type
-from caslake.expr.functions import ValueBuilder, arrow_like_pattern, literal_scalar
+from caslake.expr.functions import (
+    ValueBuilder,
+    arrow_like_pattern,
+    literal_array,
+    literal_scalar,
+    null_scalar,
+)
 from caslake.expr.nodes import (
     And,
     Column,
@@ -50,8 +59,9 @@ from caslake.expr.nodes import (
     Or,
     Value,
 )
+from caslake.expr.vector import arrow_mask, evaluate
 
-__all__ = ["filter_table", "is_computed", "predicate_mask", "to_arrow"]
+__all__ = ["filter_table", "is_computed", "kernel_mask", "predicate_mask", "to_arrow"]
 
 _COMPARE: Final[dict[str, Callable[..., Any]]] = {
     "=": pc.equal,
@@ -64,7 +74,7 @@ _COMPARE: Final[dict[str, Callable[..., Any]]] = {
 
 
 def _null_bool() -> pa.Scalar[Any]:
-    return pa.scalar(None, type=pa.bool_())
+    return null_scalar(pa.bool_())
 
 
 def _null_if_null(value: Any, result: Any) -> pc.Expression:
@@ -114,7 +124,7 @@ class _Translator:
                                    ignore_case=node.case_insensitive)
         elif isinstance(node, Const):
             result = pc.scalar(node.value) if self.table is None else \
-                pa.scalar(node.value, type=pa.bool_())
+                literal_scalar(node.value, pa.bool_())
             if node.unless_null is not None:
                 result = _null_if_null(self.value(node.unless_null)[0], result)
         else:
@@ -127,7 +137,9 @@ class _Translator:
         if is_float_type(arrow_type) and 0.0 in values:
             # Arrow's hash lookup treats 0.0 and -0.0 as different; SQL does not.
             values.extend([0.0, -0.0])
-        value_set = pa.array(values, type=arrow_type)
+        value_set = literal_array(values, arrow_type)  # type: ignore[arg-type]
+        if value_set is None:
+            value_set = pa.array(values, type=arrow_type)
         found: pc.Expression = pc.is_in(value, value_set=value_set)
         return _null_if_null(value, found)
 
@@ -171,8 +183,24 @@ def predicate_mask(table: pa.Table, bound: BoundExpr) -> Any:
     FALSE or NULL per row) or, for a constant predicate, a boolean scalar.  Rows
     to keep are exactly the TRUE ones.
 
-    For a simple predicate only (see :func:`is_computed`); a failure on the data
-    raises :class:`~caslake.errors.PredicateEvaluationError`."""
+    For a simple predicate only (see :func:`is_computed`).  Numeric, date,
+    timestamp, bool and decimal (precision <= 18) leaves run with numpy on the
+    column buffers (:mod:`caslake.expr.vector`), the others with Arrow's
+    kernels, exactly as :func:`kernel_mask`; a failure on the data raises
+    :class:`~caslake.errors.PredicateEvaluationError`."""
+    expr = bound.expr
+    if isinstance(expr, Const) and expr.unless_null is None:
+        return literal_scalar(expr.value, pa.bool_())
+    try:
+        result = evaluate(table, expr, _Translator(bound, table).visit)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise _evaluation_error(bound, exc) from None
+    return arrow_mask(result, table.num_rows)
+
+
+def kernel_mask(table: pa.Table, bound: BoundExpr) -> Any:
+    """:func:`predicate_mask` computed with Arrow's kernels only (the reference
+    the numpy evaluation must equal, row by row)."""
     try:
         return _Translator(bound, table).visit(bound.expr)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:

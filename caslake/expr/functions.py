@@ -19,15 +19,23 @@ convert a value, or an overflow, fails when the data is evaluated, as
 :class:`~caslake.errors.PredicateEvaluationError`.  It never reads files and
 never raises anything but :class:`~caslake.errors.InvalidPredicate` (or a
 subclass) for a bad value.
+
+Literals become Arrow scalars and arrays built from buffers where that is
+exact (:func:`literal_array`), not through ``pa.scalar``/``pa.array``: pyarrow
+imports pandas on its first conversion of Python values, and a scan with a
+simple predicate must not pay that third of a second.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC, date, datetime
+from collections.abc import Callable, Sequence
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any, Final, cast
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -45,8 +53,10 @@ from caslake.expr.nodes import (
 )
 
 __all__ = [
-    "ValueBuilder", "arrow_cast_type", "arrow_like_pattern", "describe_typed",
-    "literal_scalar", "literal_type", "match_like_literal", "type_family",
+    "ValueBuilder", "arrow_cast_type", "arrow_like_pattern", "describe_typed", "epoch_days",
+    "epoch_ticks",
+    "literal_array", "literal_scalar", "literal_type", "match_like_literal", "null_scalar",
+    "type_family",
 ]
 
 _CAST_ARROW: Final[dict[str, pa.DataType]] = {
@@ -127,8 +137,115 @@ def literal_scalar(value: LiteralValue, arrow_type: pa.DataType | None = None) -
     if isinstance(value, datetime) and value.tzinfo is not None and \
             getattr(arrow_type, "tz", None) is not None:
         value = value.astimezone(UTC)
-    result: pa.Scalar[Any] = pa.scalar(value, type=arrow_type)
+    built = literal_array([value], arrow_type)
+    result: pa.Scalar[Any] = pa.scalar(value, type=arrow_type) if built is None else built[0]
     return result
+
+
+def null_scalar(arrow_type: pa.DataType) -> pa.Scalar[Any]:
+    """A NULL of ``arrow_type`` (a fixed-width type), built from buffers."""
+    width = max(1, arrow_type.bit_width // 8)
+    nulls = pa.Array.from_buffers(arrow_type, 1, [pa.py_buffer(b"\0"),
+                                                  pa.py_buffer(bytes(width))], null_count=1)
+    scalar: pa.Scalar[Any] = nulls[0]
+    return scalar
+
+
+_EPOCH_DATE: Final = date(1970, 1, 1)
+_TICKS_PER_SECOND: Final = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+_ONE_MICROSECOND: Final = timedelta(microseconds=1)
+
+
+def epoch_days(value: date) -> int:
+    """A date as date32 stores it: days since 1970-01-01."""
+    return (value - _EPOCH_DATE).days
+
+
+def epoch_ticks(instant: datetime, unit: str) -> Fraction:
+    """A timestamp as ``unit`` ticks since the epoch, exactly (a fraction when it
+    falls between ticks); an aware one counts from 1970-01-01 UTC."""
+    epoch = datetime(1970, 1, 1, tzinfo=None if instant.tzinfo is None else UTC)
+    micros = (instant - epoch) // _ONE_MICROSECOND
+    return Fraction(micros * _TICKS_PER_SECOND[unit], 1_000_000)
+
+
+def literal_array(values: Sequence[LiteralValue], arrow_type: pa.DataType) -> pa.Array[Any] | None:
+    """``values`` (none NULL) as an Arrow array of ``arrow_type``, built from
+    buffers; None when a value or the type is not one this builds exactly
+    (the caller then converts with pyarrow).
+
+    pyarrow imports pandas on its first conversion of Python objects
+    (``pa.scalar``, ``pa.array``), a third of a second; a scan with a simple
+    predicate must not pay that."""
+    try:
+        data = _literal_buffers(values, arrow_type)
+    except (TypeError, ValueError, OverflowError, ArithmeticError):
+        return None
+    if data is None:
+        return None
+    return pa.Array.from_buffers(arrow_type, len(values), [None, *data], null_count=0)
+
+
+def _literal_buffers(values: Sequence[LiteralValue], t: pa.DataType) -> list[pa.Buffer] | None:
+    """The value buffers (after the validity bitmap) of ``values`` as type ``t``."""
+    types = pa.types
+    ints: list[int]
+    if types.is_string(t) or types.is_large_string(t):
+        if not all(isinstance(v, str) for v in values):
+            return None
+        encoded = [cast(str, v).encode("utf-8") for v in values]
+        offsets = np.cumsum([0, *(len(e) for e in encoded)],
+                            dtype=np.int64 if types.is_large_string(t) else np.int32)
+        return [_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    if types.is_boolean(t):
+        if not all(isinstance(v, bool) for v in values):
+            return None
+        return [_buffer(np.packbits(np.array(values, np.bool_), bitorder="little"))]
+    if types.is_decimal(t):
+        scale = 10 ** cast(pa.Decimal128Type, t).scale
+        width = t.bit_width // 8
+        exact = [Fraction(v) * scale for v in values
+                 if isinstance(v, (int, Decimal)) and not isinstance(v, bool)]
+        limit = 10 ** cast(pa.Decimal128Type, t).precision
+        if len(exact) != len(values) or any(q.denominator != 1 or abs(q) >= limit
+                                            for q in exact):
+            return None
+        return [pa.py_buffer(b"".join(int(q).to_bytes(width, "little", signed=True)
+                                      for q in exact))]
+    if types.is_integer(t):
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return None
+        ints = [cast(int, v) for v in values]
+    elif types.is_float32(t) or types.is_float64(t):
+        if not all(isinstance(v, float) for v in values):
+            return None  # an integer may not be exact in a float: pyarrow decides
+        with np.errstate(over="ignore"):  # too large for float32: infinity, as pyarrow gives
+            return [_buffer(np.array(values, np.dtype(f"f{t.bit_width // 8}")))]
+    elif types.is_date32(t):
+        if not all(isinstance(v, date) and not isinstance(v, datetime) for v in values):
+            return None
+        ints = [epoch_days(cast(date, v)) for v in values]
+    elif types.is_timestamp(t):
+        ints = []
+        unit, tz = cast(pa.TimestampType, t).unit, cast(pa.TimestampType, t).tz
+        for v in values:
+            if not isinstance(v, datetime) or (v.tzinfo is None) != (tz is None):
+                return None  # a naive / aware mix: pyarrow decides
+            ticks = epoch_ticks(v, unit)
+            if ticks.denominator != 1:
+                return None
+            ints.append(int(ticks))
+    else:
+        return None
+    dtype = np.dtype(f"{'u' if types.is_unsigned_integer(t) else 'i'}{t.bit_width // 8}")
+    info = np.iinfo(dtype)
+    if any(i < info.min or i > info.max for i in ints):
+        return None
+    return [_buffer(np.array(ints, dtype))]
+
+
+def _buffer(values: npt.NDArray[Any]) -> pa.Buffer:
+    return pa.py_buffer(cast(Any, values))
 
 
 def arrow_like_pattern(pattern: str, escape: str | None) -> str:
