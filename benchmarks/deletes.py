@@ -41,8 +41,8 @@ import pyarrow as pa
 
 import caslake
 from benchmarks.core import make_data
-from benchmarks.peers import PEERS, System, dir_bytes, sql_range
-from benchmarks.timing import Row, best_of, print_rows
+from benchmarks.peers import PEERS, CaslakeSystem, Ran, System, dir_bytes
+from benchmarks.timing import Row, best_of, failure, print_rows
 
 NARROW = pa.schema([("id", pa.int64()), ("value", pa.float64())])
 FILES = 4  # data files (appends) per table, for every system
@@ -50,40 +50,8 @@ ONE_ROW_DELETES = 5
 RANGE_FRACTION = 0.01
 
 
-class CaslakeSystem(System):
-    name = "caslake"
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.version = caslake.__version__
-        self.table: caslake.Table | None = None
-        self.requests: list[dict[str, int]] = []
-
-    def build(self, batches: list[pa.Table]) -> None:
-        self.table = caslake.create_table(str(self.root), batches[0].schema)
-        for batch in batches:
-            self.table.append(batch)
-
-    def delete(self, lo: int, hi: int) -> int:
-        assert self.table is not None
-        result = self.table.delete(sql_range(lo, hi))
-        self.requests.append(dict(result.requests))
-        return int(result.rows_deleted)
-
-    def scan(self) -> pa.Table:
-        return caslake.open_table(str(self.root)).scan().to_arrow()
-
-    def data_files(self) -> int:
-        assert self.table is not None
-        return len(self.table.describe()["data_files"])
-
-
 @dataclass
-class Outcome:
-    name: str
-    version: str = "?"
-    error: str | None = None
-    files: int = 0
+class Outcome(Ran):
     build_s: float = math.nan
     one_row_s: list[float] = field(default_factory=list)
     one_row_rows: list[int] = field(default_factory=list)
@@ -137,9 +105,7 @@ def run_system(cls: type[System], root: Path, batches: list[pa.Table], ids: list
         out.scan_s = best_of(lambda: counts.append(system.scan().num_rows), 3)
         out.scan_rows = counts[-1]
     except Exception as err:  # a peer that fails is reported, never given a number
-        last = traceback.extract_tb(err.__traceback__)[-1]
-        out.error = (f"{phase}: {type(err).__name__}: {str(err).splitlines()[0][:160]} "
-                     f"({Path(last.filename).name}:{last.lineno})")
+        out.error = failure(phase, err)
     finally:
         shutil.rmtree(root / cls.name, ignore_errors=True)
         gc.collect()

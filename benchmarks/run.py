@@ -5,7 +5,17 @@ from __future__ import annotations
 import sys
 
 from benchmarks import append as append_bench
-from benchmarks import core, deletes, metadata, predicates, purge, scan_paths, segment_width, tpch
+from benchmarks import (
+    core,
+    deletes,
+    metadata,
+    predicates,
+    purge,
+    scan_paths,
+    scans,
+    segment_width,
+    tpch,
+)
 from benchmarks import dataset as dataset_bench
 from benchmarks import export as export_bench
 from benchmarks import spark as spark_bench
@@ -14,6 +24,7 @@ from benchmarks import spark as spark_bench
 def main() -> int:
     quick = "--quick" in sys.argv
     core.main(quick=quick)
+    synthetic = scans.main(quick=quick)
     append_bench.run(1_000_000 if quick else 5_000_000, 3 if quick else 5, None)
     deletes.main(quick=quick)
     metadata.main(quick=quick)
@@ -24,7 +35,7 @@ def main() -> int:
     spark_bench.main(quick=quick)
     predicates.main(0.1 if quick else 1.0)
     paths = scan_paths.main(0.1 if quick else 1.0, [1, 2], append=True)
-    return tpch.main(quick=quick) or paths
+    return tpch.main(quick=quick) or paths or synthetic
 
 
 if __name__ == "__main__":

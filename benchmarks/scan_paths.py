@@ -42,6 +42,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks.timing import set_cores
 from benchmarks.tpch import (
     Q1_COLUMNS,
     Q6_COLUMNS,
@@ -63,15 +64,6 @@ def median_time(fn: Callable[[], Any], n: int = WARM) -> tuple[float, Any]:
         out = fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times), out
-
-
-def set_cores(n: int) -> None:
-    """pyarrow's CPU pool and caslake's scan/encode pools to ``n`` threads."""
-    from caslake.table import pools
-
-    pa.set_cpu_count(n)
-    if hasattr(pools, "set_threads"):  # absent before the read-path work
-        pools.set_threads(n)
 
 
 def duck(data: pa.Table, sql: str) -> Any:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
@@ -16,6 +25,79 @@ def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """(wall seconds, result) of one call."""
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def timed_cpu(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(wall seconds, this process's CPU seconds in every thread, result) of one
+    call: CPU time is the steadier measure on a loaded machine."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def set_cores(n: int) -> None:
+    """pyarrow's CPU pool and caslake's scan and encode pools to ``n`` threads."""
+    import pyarrow as pa
+
+    from caslake.table import pools
+
+    pa.set_cpu_count(n)
+    pools.set_threads(n)
+
+
+def fresh_process(code: str, timeout: float = 1800) -> dict[str, Any]:
+    """Run ``code`` in a new interpreter (this repository first on its path) and
+    return the JSON object it printed last on a line of its own: how a cold run
+    reports.  A crash at interpreter exit, after that line, is noted, not fatal."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO), os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=timeout, check=False)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    last_err = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else ""
+    if not lines:
+        raise RuntimeError(f"fresh process failed (exit {res.returncode}): {last_err}")
+    if res.returncode != 0:
+        print(f"note: a fresh process exited {res.returncode} after reporting: {last_err}")
+    out: dict[str, Any] = json.loads(lines[-1])
+    return out
+
+
+def failure(phase: str, err: BaseException) -> str:
+    """One line for a system that failed in ``phase``: the error and where it came from."""
+    last = traceback.extract_tb(err.__traceback__)[-1]
+    first = str(err).splitlines()[0][:160] if str(err) else ""
+    return f"{phase}: {type(err).__name__}: {first} ({Path(last.filename).name}:{last.lineno})"
+
+
+class Check:
+    """Answers compared with DuckDB's; every difference is kept for the verdict."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    def eq(self, what: str, got: Any, want: Any) -> None:
+        if got != want:
+            self.failures.append(f"{what}: got {got}, DuckDB says {want}")
+
+    def verdict(self, failed: list[str], ok: str) -> int:
+        """Print the outcome; 1 on a wrong answer or a system that failed (its
+        answers unchecked), else 0."""
+        if self.failures:
+            print("\nWRONG ANSWERS:\n" + "\n".join(f"- {f}" for f in self.failures))
+            return 1
+        if failed:
+            print(f"- answers of {', '.join(failed)} not checked (the system failed)")
+            return 1
+        print(f"- {ok}")
+        return 0
 
 
 @dataclass

@@ -47,6 +47,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from benchmarks.timing import Check, fresh_process
+
 Q1_COLUMNS = ["l_quantity", "l_extendedprice", "l_discount", "l_tax", "l_returnflag",
               "l_linestatus", "l_shipdate"]
 Q6_COLUMNS = ["l_quantity", "l_extendedprice", "l_discount", "l_shipdate"]
@@ -369,26 +371,7 @@ def _cold(name: str, root: Path, op: str) -> float:
     code = ("import sys; import benchmarks.tpch as b; import pyarrow; "
             f"import {'caslake' if name == 'caslake' else 'pyarrow.parquet'}; "
             f"b.cold_run({name!r}, {str(root)!r}, {op!r})")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, timeout=1800, check=False)
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith('{"seconds"')]
-    if not lines:  # a crash at interpreter exit, after the measurement, still counts
-        raise RuntimeError(res.stderr.strip().splitlines()[-1] if res.stderr else "failed")
-    if res.returncode != 0:
-        print(f"note: cold {name} {op} exited {res.returncode} after measuring: "
-              f"{res.stderr.strip().splitlines()[-1] if res.stderr else ''}")
-    return float(json.loads(lines[-1])["seconds"])
-
-
-class Check:
-    def __init__(self) -> None:
-        self.failures: list[str] = []
-
-    def eq(self, what: str, got: Any, want: Any) -> None:
-        if got != want:
-            self.failures.append(f"{what}: got {got}, DuckDB says {want}")
+    return float(fresh_process(code)["seconds"])
 
 
 def duckdb_answers(base: pa.Table, rf1: pa.Table, rf2_keys: list[int]) -> dict[str, Any]:
@@ -511,14 +494,7 @@ def main(quick: bool = False, systems: list[str] | None = None) -> int:
     print(f"- RF1 inserts {rf1.num_rows:,} line items of {len(keys):,} new orders; RF2 deletes "
           f"the line items of {len(keys):,} orders")
     failed = [n for n, r in results.items() if "_error" in r]
-    if check.failures:
-        print("\nWRONG ANSWERS:\n" + "\n".join(f"- {f}" for f in check.failures))
-        return 1
-    if failed:
-        print(f"- answers of {', '.join(failed)} not checked (the system failed)")
-        return 1
-    print("- every answer equals DuckDB's on the same data")
-    return 0
+    return check.verdict(failed, "every answer equals DuckDB's on the same data")
 
 
 if __name__ == "__main__":
