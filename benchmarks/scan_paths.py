@@ -14,10 +14,11 @@ process, are:
   deleted) and after a further **1% scattered delete** (every row whose
   ``l_suppkey <= SF * 100``, of ``SF * 10000`` suppliers), each divided by
   the same scan before any delete (the goal is at most 1.15);
-* a **cold** first Q6 in a fresh process against the warm ones after it in the
-  same process, with only ``import caslake`` before the clock (the first scan
-  then loads pandas, which pyarrow imports on its first conversion, and sqlglot
-  for the SQL string) and with those imports done first too;
+* a **cold** first Q1 and Q6 in a fresh process against the warm ones after it in
+  the same process, with only ``import caslake`` before the clock (Q6's first scan
+  then loads pandas, which pyarrow imports on its first conversion of a Python
+  value, and sqlglot for the SQL string; Q1's loads neither) and with those
+  imports done first too;
 * **append**: caslake's ``append`` against ``pq.write_table`` with the same
   settings (zstd at caslake's level, page CRCs, statistics, same row-group size) and Lance.
 
@@ -83,16 +84,16 @@ COLD_IMPORTS = {
 }
 
 
-def cold_q6(root: Path, version: int, preload: str) -> tuple[float, float, float]:
-    """A fresh process: ``import caslake`` (and ``preload``), then the first Q6 and
+def cold_scan(root: Path, version: int, preload: str, columns: list[str], where: str | None
+              ) -> tuple[float, float, float]:
+    """A fresh process: ``import caslake`` (and ``preload``), then the first scan and
     three more.  Returns (import seconds, first scan, median of the later three):
     the first and the warm scans share the process, so load hits them alike."""
     code = (f"import time; t0 = time.perf_counter(); import caslake; {preload}\n"
-            "imp = time.perf_counter() - t0\n"
-            "from benchmarks.scan_paths import Q6_COLUMNS, Q6_SQL\nts = []\n"
+            "imp = time.perf_counter() - t0\nts = []\n"
             "for _ in range(4):\n"
             "    t0 = time.perf_counter()\n"
-            f"    caslake.open_table({str(root)!r}).scan(columns=Q6_COLUMNS, where=Q6_SQL, "
+            f"    caslake.open_table({str(root)!r}).scan(columns={columns!r}, where={where!r}, "
             f"version={version}).to_arrow()\n"
             "    ts.append(time.perf_counter() - t0)\n"
             "print(imp, ts[0], sorted(ts[1:])[1])")
@@ -170,11 +171,14 @@ def main(sf: float, cores: list[int], append: bool) -> int:
                                  mcpu[what] / mcpu["pq.read_table same files"]))
         set_cores(max(cores))
         colds: list[tuple[str, str, float, float, float]] = []
-        for stage, v in versions.items():
-            for how, preload in COLD_IMPORTS.items():
-                runs3 = [cold_q6(table_dir, v, preload) for _ in range(3)]
-                imp, first, warm = (statistics.median(r[i] for r in runs3) for i in range(3))
-                colds.append((stage, how, imp, first, warm))
+        for label, columns, where in (("Q1 columns", Q1_COLUMNS, None),
+                                      ("Q6", Q6_COLUMNS, Q6_SQL)):
+            for stage, v in versions.items():
+                for how, preload in COLD_IMPORTS.items():
+                    runs3 = [cold_scan(table_dir, v, preload, columns, where) for _ in range(3)]
+                    imp, first, warm = (statistics.median(r[i] for r in runs3)
+                                        for i in range(3))
+                    colds.append((f"{label} {stage}", how, imp, first, warm))
         print(f"\n### scan paths, TPC-H SF{sf:g} lineitem ({data.num_rows:,} rows), "
               f"seconds (median of {WARM} warm, interleaved); load {load_s:.2f} s\n")
         print("| scan | what | seconds | / caslake before deletes | / pyarrow same files | "
@@ -182,7 +186,7 @@ def main(sf: float, cores: list[int], append: bool) -> int:
         print("|---|---|---:|---:|---:|---:|---:|")
         for scan, what, s, rb, rp, cb, cp in rows:
             print(f"| {scan} | {what} | {s:.3f} | {rb:.2f} | {rp:.2f} | {cb:.2f} | {cp:.2f} |")
-        print("\n| Q6 cold: fresh process (median of 3) | imports before the clock | "
+        print("\n| cold: fresh process (median of 3) | imports before the clock | "
               "import s | first scan s | warm scan s (same process) | first / warm |")
         print("|---|---|---:|---:|---:|---:|")
         for stage, how, imp, first, warm in colds:

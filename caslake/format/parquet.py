@@ -218,6 +218,17 @@ class FooterInfo:
                         ) -> dict[str, ColumnStats]:
         return row_group_stats(self.metadata, rg, columns)
 
+    @cached_property
+    def dictionary_chunks(self) -> frozenset[tuple[int, int]]:
+        """(row group, column index) of every column chunk whose data pages are all
+        dictionary-encoded, by the chunk's page encoding statistics (pyarrow does
+        not expose them; a chunk without them is not counted).  A reader may
+        decode these as dictionaries cheaply; any other chunk would be re-hashed."""
+        fmd = decode_file_metadata(self.raw[:-TRAILER_SIZE], what=self.path)
+        return frozenset((rg, c) for rg, group in enumerate(fmd.row_groups or ())
+                         for c, chunk in enumerate(group.columns)
+                         if _plain_data_pages(chunk.meta_data) is False)
+
 
 def _chunk_range(c: Any) -> tuple[int, int]:
     start = int(c.data_page_offset)
@@ -360,15 +371,17 @@ def dictionary_fallbacks(group: Any) -> list[str]:
     not encoded against it: the dictionary passed the writer's size limit and
     it fell back to plain pages (a column with no page encoding statistics
     counts as not fallen back)."""
-    out = []
-    for chunk in group.columns:
-        meta = chunk.meta_data
-        if meta.dictionary_page_offset is None or not meta.encoding_stats:
-            continue
-        if any(s.page_type in _DATA_PAGES and s.encoding not in _DICTIONARY_INDEXES
-               and s.count > 0 for s in meta.encoding_stats):
-            out.append(".".join(meta.path_in_schema))
-    return out
+    return [".".join(chunk.meta_data.path_in_schema) for chunk in group.columns
+            if _plain_data_pages(chunk.meta_data)]
+
+
+def _plain_data_pages(meta: Any) -> bool | None:
+    """Whether a Thrift ``ColumnMetaData`` with a dictionary page has data pages not
+    encoded against it; None without a dictionary page or page encoding statistics."""
+    if meta is None or meta.dictionary_page_offset is None or not meta.encoding_stats:
+        return None
+    return any(s.page_type in _DATA_PAGES and s.encoding not in _DICTIONARY_INDEXES
+               and s.count > 0 for s in meta.encoding_stats)
 
 
 # --- statistics -----------------------------------------------------------------------

@@ -84,30 +84,6 @@ class DeletionMask:
             keep = ~hit_np if keep is None else keep & ~hit_np
         return keep
 
-    def keep_at(self, positions: np.ndarray, groups: Sequence[tuple[int, int, int]],
-                table: pa.Table) -> np.ndarray | None:
-        """Boolean keep-mask for ``table``, some rows of ``groups`` (as in
-        :meth:`keep_mask`) whose file positions are ``positions`` (ascending),
-        e.g. the rows a predicate kept.  Costs O(rows of ``table``), not of the
-        groups: a scan filters first and applies the mask to the survivors.
-        None means keep all."""
-        keep: np.ndarray | None = None
-        for rg, start, n in groups:
-            if rg in self.row_groups:
-                lo, hi = np.searchsorted(positions, [start, start + n])
-                keep = np.ones(len(positions), dtype=bool) if keep is None else keep
-                keep[lo:hi] = False
-        if self.positions and len(positions):
-            dead = self.deleted_positions_in(int(positions[0]),
-                                             int(positions[-1]) - int(positions[0]) + 1)
-            if len(dead):
-                at = np.searchsorted(dead, positions)
-                hit = dead[np.minimum(at, len(dead) - 1)] == positions
-                keep = ~hit if keep is None else keep & ~hit
-        for hit_np in self._key_range_hits(table):
-            keep = ~hit_np if keep is None else keep & ~hit_np
-        return keep
-
     def _key_range_hits(self, table: pa.Table) -> Iterator[np.ndarray]:
         """Per key-range record: which rows of ``table`` it deletes."""
         for kr in self.key_ranges:

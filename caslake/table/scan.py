@@ -24,13 +24,14 @@ from __future__ import annotations
 import io
 import itertools
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata, InvalidArgument
@@ -41,6 +42,7 @@ from caslake.expr import (
     filter_table,
     is_computed,
     might_match,
+    predicate_mask,
     referenced_columns,
     resolve_column,
 )
@@ -51,6 +53,7 @@ from caslake.format.schema_evolution import field_ids_of, is_widening
 from caslake.format.segment import Stats
 from caslake.format.stats import column_stats, data_file_stats
 from caslake.store.base import GET_RANGE
+from caslake.table.cache import LruCache
 from caslake.table.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.table.footers import FooterCache
 from caslake.table.interop import ArrowExport
@@ -63,6 +66,12 @@ SLICE_RUN_ROWS = 4096  # mean surviving run length above which deletes are slice
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 MIN_UNIT_BYTES = 4 * 1024 * 1024  # below this, a unit's fixed cost outweighs the parallelism
 FOOTER_WINDOW = 16  # footers fetched ahead of a streaming scan
+#: Each data file's dictionary-only column chunks, by (path, footer CRC-32 from the
+#: manifest, which the footer was checked against; a file without one uses its
+#: footer's own memo): process-wide, because a table
+#: handle keeps its own footer cache and a Spark task builds a new one, and the
+#: footer's Thrift decode that finds them costs ~50-100 ms for TPC-H SF1's file.
+_DICTIONARY_CHUNKS: LruCache[tuple[str, int], frozenset[tuple[int, int]]] = LruCache(4096)
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,10 @@ class FileTask:
     presents: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     widened: bool = False  # a column's type was widened after the file was written
+    # String/binary columns (file names) stored in the table's type, in neither the
+    # predicate nor a key-range record: decoded as dictionaries where the chunk is
+    # dictionary-only, and expanded after the mask and the filter (_expand).
+    dictionary: frozenset[str] = frozenset()
 
     @property
     def table_columns(self) -> list[str]:
@@ -353,8 +366,11 @@ class Scan(ArrowExport):
             groups.append(rg)
         if not groups:
             return None
+        keys = set(self._rg_types) | (mask.key_columns() if mask is not None else set())
+        dictionary = frozenset(src for src, dst in rename.items() if dst not in keys and _text(
+            footer.arrow_schema.field(src).type, schema.field(dst).arrow_type))
         return FileTask(f, footer, groups, footer.chunk_bytes(groups, col_idx), file_cols, mask,
-                        tuple(presents), tuple(missing), widened)
+                        tuple(presents), tuple(missing), widened, dictionary)
 
     def plan(self) -> ScanPlan:
         if self._plan is not None:
@@ -466,8 +482,10 @@ class Scan(ArrowExport):
             if group:
                 yield t, group
 
-    def _open_unit(self, task: FileTask, groups: list[int]) -> pq.ParquetFile:
-        """A ParquetFile that can serve exactly the needed column chunks of ``groups``.
+    def _open_unit(self, task: FileTask, groups: list[int]
+                   ) -> Callable[[tuple[str, ...]], pq.ParquetFile]:
+        """Opens ParquetFiles that can serve exactly the needed column chunks of
+        ``groups``, decoding the named columns as dictionaries.
 
         On a local store pyarrow reads the pinned file directly (counted as one
         ranged read of the chunk bytes); elsewhere the chunks are fetched with
@@ -477,26 +495,46 @@ class Scan(ArrowExport):
         path = self._store.local_path(task.file.path, etag=footer.etag)
         if path is not None:
             self._store.counters.record(GET_RANGE, bytes_in=sum(e - s for s, e in ranges))
-            return pq.ParquetFile(path, metadata=footer.metadata, memory_map=True,
-                                  **VERIFY_PAGE_CHECKSUMS)
+            local = path
+            return lambda dictionary: pq.ParquetFile(
+                local, metadata=footer.metadata, memory_map=True, read_dictionary=list(dictionary),
+                **VERIFY_PAGE_CHECKSUMS)
         datas = self._store.get_ranges(task.file.path, ranges, etag=footer.etag)
         pieces = [(s, d) for (s, _), d in zip(ranges, datas, strict=True)]
-        sparse = _SparseFile(task.file.size, pieces, task.file.path)
-        return pq.ParquetFile(pa.PythonFile(sparse, mode="r"), metadata=footer.metadata,
-                              pre_buffer=False, **VERIFY_PAGE_CHECKSUMS)
+        return lambda dictionary: pq.ParquetFile(
+            pa.PythonFile(_SparseFile(task.file.size, pieces, task.file.path), mode="r"),
+            metadata=footer.metadata, pre_buffer=False, read_dictionary=list(dictionary),
+            **VERIFY_PAGE_CHECKSUMS)
 
     def _read_unit(self, task: FileTask, groups: list[int], *,
                    with_positions: bool = False) -> pa.Table:
         """Decode, drop deleted rows, filter, project.  ``with_positions`` adds a
         ``__pos`` column with each surviving row's position in the file."""
+        files: dict[tuple[str, ...], pq.ParquetFile] = {}
         try:
-            pf = self._open_unit(task, groups)
+            opener = self._open_unit(task, groups)
         except (OSError, pa.ArrowException) as e:
             raise CorruptMetadata(task.file.path, f"unreadable column data ({e})") from None
         # One row group at a time: pyarrow's multi-group read concatenates every
         # column into one buffer (a full copy), and the mask and filter then run
         # on a group's rows while they are fresh, each output its own chunk.
-        parts = [self._read_group(pf, task, span, with_positions) for span in task.spans(groups)]
+        parts = []
+        chunks: frozenset[tuple[int, int]] = frozenset()
+        crc = task.file.footer_crc32
+        if task.dictionary:
+            chunks = (task.footer.dictionary_chunks if crc is None else
+                      _DICTIONARY_CHUNKS.get_or_load((task.file.path, crc),
+                                                     lambda: task.footer.dictionary_chunks))
+        for span in task.spans(groups):
+            dictionary = _dictionary_columns(task, span[0], chunks)
+            pf = files.get(dictionary)
+            if pf is None:
+                try:
+                    pf = files[dictionary] = opener(dictionary)
+                except (OSError, pa.ArrowException) as e:
+                    raise CorruptMetadata(task.file.path, f"unreadable column data ({e})"
+                                          ) from None
+            parts.append(self._read_group(pf, task, span, with_positions))
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
     def _read_group(self, pf: pq.ParquetFile, task: FileTask, span: tuple[int, int, int],
@@ -517,29 +555,27 @@ class Scan(ArrowExport):
 
     def _finish(self, table: pa.Table, mask: DeletionMask | None,
                 spans: list[tuple[int, int, int]], with_positions: bool) -> pa.Table:
-        """Drop deleted rows, filter, project: ``table`` holds every row of ``spans``.
+        """Drop deleted rows, filter, project, and expand dictionary-decoded columns
+        to the table's types: ``table`` holds every row of ``spans``.
 
         A simple predicate (columns against literals: it cannot fail on any
-        value) runs first, so the mask is applied, by position, to the few rows
-        it keeps rather than to every decoded row; a computed one runs after the
-        mask, so it never sees a deleted row."""
-        early = mask is not None and self._bound is not None and not is_computed(self._bound)
-        if with_positions or early:
-            table = table.append_column(POSITION, pa.array(np.concatenate(
-                [np.arange(start, start + n, dtype=np.int64) for _, start, n in spans]),
-                pa.int64()))
-        if mask is not None and not early:
-            keep = mask.keep_mask(spans, table)
+        value) and the deletion mask become one filter (a row is kept where the
+        predicate is TRUE and the mask keeps it); a computed predicate runs after
+        the mask, so it never sees a deleted row."""
+        if with_positions:
+            table = table.append_column(POSITION, _int64_array(np.concatenate(
+                [np.arange(start, start + n, dtype=np.int64) for _, start, n in spans])))
+        keep = mask.keep_mask(spans, table) if mask is not None else None
+        bound = self._bound
+        if bound is not None and not is_computed(bound):
+            table = _filter(table, predicate_mask(table, bound), keep)
+        else:
             if keep is not None:
                 table = drop_deleted(table, keep)
-        if self._bound is not None:
-            table = filter_table(table, self._bound)
-        if mask is not None and early:
-            positions = np.asarray(table.column(POSITION).to_numpy(), dtype=np.int64)
-            keep = mask.keep_at(positions, spans, table)
-            if keep is not None:
-                table = table.filter(pa.array(keep, pa.bool_()))
-        return table.select([*self.columns, POSITION] if with_positions else self.columns)
+            if bound is not None:
+                table = filter_table(table, bound)
+        return _expand(table.select([*self.columns, POSITION] if with_positions
+                                    else self.columns), self._arrow_schema)
 
     def matching_rows(self) -> Iterator[tuple[FileTask, pa.Table]]:
         """Per work unit: its file, and the projected live rows that match ``where``
@@ -613,13 +649,108 @@ def drop_deleted(table: pa.Table, keep: np.ndarray) -> pa.Table:
     if len(dead) == 0:
         return table
     if (len(dead) + 1) * SLICE_RUN_ROWS > table.num_rows:
-        return table.filter(pa.array(keep, pa.bool_()))
+        return table.filter(_bool_array(keep))
     starts = np.concatenate(([0], dead + 1))  # [start, end) of the runs between deletes
     ends = np.concatenate((dead, [table.num_rows]))
     runs = [(int(a), int(b)) for a, b in zip(starts, ends, strict=True) if b > a]
     if not runs:
         return table.slice(0, 0)
     return pa.concat_tables([table.slice(a, b - a) for a, b in runs])
+
+
+def _filter(table: pa.Table, matches: Any, keep: np.ndarray | None) -> pa.Table:
+    """The rows of ``table`` where ``matches`` (a predicate's per-row value, or a
+    constant scalar) is TRUE and ``keep`` (None: all) is true, in order."""
+    if isinstance(matches, pa.Scalar):
+        if matches.as_py() is not True:
+            return table.slice(0, 0)
+        return table if keep is None else drop_deleted(table, keep)
+    if keep is not None:
+        matches = pc.and_(matches, _bool_array(keep))
+    return table.filter(matches)
+
+
+def _bool_array(values: np.ndarray) -> Any:
+    """A boolean Arrow array of ``values``, built from a buffer: pyarrow imports
+    pandas (~0.3 s) on its first conversion of a NumPy array or a Python value."""
+    bits = np.packbits(values, bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, _buffer(bits)])
+
+
+def _int64_array(values: np.ndarray) -> Any:
+    """An int64 Arrow array of ``values`` (int64), built from its buffer (see
+    :func:`_bool_array`)."""
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, _buffer(values)])
+
+
+def _buffer(values: np.ndarray) -> pa.Buffer:
+    """A zero-copy Arrow buffer over a contiguous NumPy array."""
+    return pa.py_buffer(cast(Any, values))
+
+
+def _view(buffer: pa.Buffer | None, dtype: str, count: int, offset: int) -> np.ndarray:
+    """``count`` items of ``dtype`` at byte ``offset`` of an Arrow buffer, zero-copy."""
+    return np.frombuffer(cast(Any, buffer), dtype, count, offset)
+
+
+def _text(stored: pa.DataType, table_type: pa.DataType) -> bool:
+    """A string or binary column stored in the table's own type (not a large one:
+    pyarrow decodes those to dictionaries of the small type)."""
+    return stored.equals(table_type) and (pa.types.is_string(stored)
+                                          or pa.types.is_binary(stored))
+
+
+def _dictionary_columns(task: FileTask, rg: int, chunks: frozenset[tuple[int, int]]
+                        ) -> tuple[str, ...]:
+    """The columns of ``task`` to decode as dictionaries in row group ``rg``: those
+    whose chunk there is dictionary-only (in ``chunks``, the file's; a plain or
+    fallen-back chunk would be hashed into a dictionary value by value, slower
+    than decoding it plain)."""
+    if not task.dictionary:
+        return ()
+    return tuple(name for name, c in zip(task.columns, task.column_indexes, strict=True)
+                 if name in task.dictionary and (rg, c) in chunks)
+
+
+def _expand(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with its dictionary-decoded columns in the table's plain types."""
+    for i, fld in enumerate(table.schema):
+        if pa.types.is_dictionary(fld.type):
+            to = schema.field(fld.name).type
+            column = pa.chunked_array([_expand_chunk(c, to) for c in table.column(i).chunks],
+                                      to)
+            table = table.set_column(i, fld.with_type(to), column)
+    return table
+
+
+_OFFSETS: dict[int, np.ndarray] = {}  # width -> 0, width, 2 * width...: shared, read-only
+
+
+def _expand_chunk(chunk: Any, to: pa.DataType) -> Any:
+    """A dictionary-encoded string or binary array as plain ``to``.
+
+    A dictionary whose values all have one small width (TPC-H's flags) expands
+    with one NumPy gather of fixed-width values, and offsets shared by every
+    array of that width (~4x faster than pyarrow's cast); any other goes
+    through pyarrow's cast."""
+    values, indices, n = chunk.dictionary, chunk.indices, len(chunk)
+    if (n == 0 or len(values) == 0 or not indices.type.equals(pa.int32())
+            or not values.type.equals(to) or (chunk.null_count and chunk.offset)):
+        return chunk.cast(to)
+    bounds = _view(values.buffers()[1], "int32", len(values) + 1, values.offset * 4)
+    width = int(bounds[1] - bounds[0])
+    if not 0 < width <= 16 or width * (2 * n + 1) >= 2**31 or bool(
+            (np.diff(bounds) != width).any()):
+        return chunk.cast(to)
+    fixed = _view(values.buffers()[2], f"V{width}", len(values), int(bounds[0]))
+    at = _view(indices.buffers()[1], "int32", n, chunk.offset * 4)
+    data = fixed.take(at, mode="clip")  # a NULL slot's index is arbitrary: stay in bounds
+    offsets = _OFFSETS.get(width)
+    if offsets is None or len(offsets) <= n:
+        offsets = _OFFSETS[width] = np.arange(0, width * (2 * n + 1), width, dtype=np.int32)
+    validity = chunk.buffers()[0] if chunk.null_count else None
+    return pa.Array.from_buffers(to, n, [validity, _buffer(offsets[:n + 1]), _buffer(data)],
+                                 chunk.null_count)
 
 
 def _same_values(a: pa.DataType, b: pa.DataType) -> bool:
@@ -639,7 +770,10 @@ def _same_values(a: pa.DataType, b: pa.DataType) -> bool:
 def _cast_to(table: pa.Table, schema: pa.Schema, names: list[str], path: str) -> pa.Table:
     """Present ``table`` (decoded from data file ``path``) in the table schema.  A
     column whose stored type would change values to fit is a damaged file."""
-    target = pa.schema([schema.field(n) for n in names])
+    # A dictionary-decoded column stays so (expanded at the end, see _expand).
+    target = pa.schema([have if pa.types.is_dictionary(have.type)
+                        and have.type.value_type.equals(schema.field(n).type)
+                        else schema.field(n) for have, n in zip(table.schema, names, strict=True)])
     if table.schema.equals(target, check_metadata=False):
         return table
     for have, want in zip(table.schema, target, strict=True):
@@ -697,7 +831,7 @@ def _present(table: pa.Table, task: FileTask, schema: pa.Schema) -> pa.Table:
     for i, name in enumerate(task.presents):
         col = table.column(i)
         want = schema.field(name).type
-        if _widened(col.type, want):
+        if not pa.types.is_dictionary(col.type) and _widened(col.type, want):
             col = col.cast(want)
         arrays.append(col)
         names.append(name)

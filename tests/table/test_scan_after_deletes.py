@@ -1,7 +1,7 @@
 """Scans after deletes equal DuckDB on the same rows: position, key-range and
-whole-row-group deletes; no predicate, a simple one (applied before the mask)
-and a computed one (applied after it); one and two scan threads; local and
-in-memory stores; many small work units."""
+whole-row-group deletes; no predicate, a simple one (one filter with the mask)
+and a computed one (applied after the mask); one and two scan threads; local
+and in-memory stores; many small work units."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 
 import caslake
 from caslake.table import pools, scan
-from caslake.table.deletion_mask import DeletionMask
 from caslake.table.write import WriteOptions
 
 N = 6000
@@ -67,21 +66,6 @@ def test_scan_after_deletes_equals_duckdb(tmp_path: Path, store: str, scan_threa
             got = t.scan(columns=["id", "v", "s"], where=where).to_arrow().sort_by("id")
             assert [tuple(r.values()) for r in got.to_pylist()] == _duck(data, done, where), \
                 (done, where)
-
-
-def test_keep_at_equals_keep_mask_on_the_same_rows() -> None:
-    rng = np.random.default_rng(7)
-    groups = [(0, 0, 100), (2, 250, 100), (3, 350, 50)]
-    mask = DeletionMask(row_groups={2})
-    mask.positions.update(int(p) for p in rng.choice(400, 60, replace=False))
-    positions = np.concatenate([np.arange(s, s + n) for _, s, n in groups])
-    table = pa.table({"x": positions})
-    full = mask.keep_mask(groups, table)
-    assert full is not None
-    some = np.sort(rng.choice(positions, 90, replace=False))
-    part = mask.keep_at(some, groups, pa.table({"x": some}))
-    assert part is not None
-    assert part.tolist() == full[np.searchsorted(positions, some)].tolist()
 
 
 def test_set_threads_refuses_zero() -> None:

@@ -1,0 +1,215 @@
+"""Dictionary-encoded string chunks are decoded as dictionaries and expanded to
+the table's plain type after the deletion mask and the filter: the answers stay
+exactly DuckDB's on the same rows, in one file whose string column is
+dictionary-only in its first row groups, falls back to plain pages in one,
+and is written plain in the later ones (the writer stops dictionary encoding
+after an overflow), with NULLs, deletes, predicates, positions, a rename and an
+added column.  And a scan after deletes does not make pyarrow import pandas."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import caslake
+from caslake.format import parquet
+from caslake.format.parquet import FooterInfo, parse_footer
+from caslake.table import scan
+from caslake.table.write import WriteOptions
+
+N = 80_000
+LOW_ROWS = 15_000  # "s" is low-cardinality in these first rows, then unique
+DELETES = ["id IN (3, 17, 18, 2500, 15001, 40000, 79999)",  # scattered positions
+           "k = 5",  # 1% scattered
+           "id BETWEEN 30000 AND 52000"]  # whole row groups
+WHERES = [None, "id < 20000 OR id >= 70000", "flag = 'N'", "s IS NULL AND id > 100"]
+
+
+@functools.cache
+def _data() -> pa.Table:
+    rng = np.random.default_rng(1)
+    ids = np.arange(N, dtype=np.int64)
+    low = pa.array(np.array(["A", "N", "R"])[rng.integers(0, 3, N)])
+    # Distinct 96-character hex strings, built from one buffer.
+    hexes = np.frombuffer(b"0123456789abcdef", np.uint8)[rng.integers(0, 16, (N, 96))]
+    unique = pa.Array.from_buffers(pa.string(), N, [
+        None, pa.py_buffer(np.arange(0, 96 * (N + 1), 96, dtype=np.int32)),
+        pa.py_buffer(hexes.tobytes())])
+    mixed = pc.if_else(pa.array(ids < LOW_ROWS), low, unique)
+    return pa.table({"id": ids, "k": (ids * 7919) % 101,
+                     "flag": pc.if_else(pa.array(rng.random(N) < 0.1), None, low),
+                     "s": pc.if_else(pa.array(rng.random(N) < 0.05), None, mixed),
+                     "b": low.cast(pa.binary())})
+
+
+def _footer(table: caslake.Table, version: int) -> FooterInfo:
+    (task,) = table.scan(version=version).plan().tasks
+    return task.footer
+
+
+def _duck(data: pa.Table, deletes: list[str], where: str | None, cols: str) -> pa.Table:
+    con = duckdb.connect()
+    con.register("t", data)
+    cond = " AND ".join([f"NOT ({d})" for d in deletes] + ([f"({where})"] if where else []))
+    return con.execute(f"SELECT {cols} FROM t {'WHERE ' + cond if cond else ''} "
+                       "ORDER BY id").fetch_arrow_table()
+
+
+def _same(got: pa.Table, want: pa.Table) -> bool:
+    """Equal values, column by column (names, types and values; not nullability)."""
+    return got.column_names == want.column_names and all(
+        a.type == b.type and a.combine_chunks().equals(b.combine_chunks())
+        for a, b in zip(got.columns, want.columns, strict=True))
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> tuple[caslake.Table, list[int]]:
+    """The table, and its versions: before the deletes, then after each."""
+    data = _data()
+    t = caslake.create_table(str(tmp_path_factory.mktemp("dict") / "t"), data.schema,
+                             write_options=WriteOptions(row_group_size=64 * 1024))
+    t.append(data)
+    versions = [t.version]
+    for d in DELETES:
+        versions.append(t.delete(d).version)
+    return t, versions
+
+
+def test_dictionary_chunks_follow_the_page_encodings(tmp_path: Path) -> None:
+    """A chunk counts only if every data page is dictionary-encoded: not one that
+    fell back to plain pages, nor one written plain."""
+    rows = 4000
+    data = pa.table({"low": pa.array(["x", "y"] * (rows // 2)),
+                     "high": pa.array(["q"] * (rows // 2)
+                                      + [f"{i:040d}" for i in range(rows // 2)]),
+                     "plain": pa.array(["z"] * rows)})
+    path = tmp_path / "f.parquet"
+    # Group 0: "high" is one repeated value (dictionary only); group 1: 2000
+    # distinct 40-byte values overflow a 4 KiB dictionary (plain pages follow).
+    pq.write_table(data, path, row_group_size=rows // 2, use_dictionary=["low", "high"],
+                   dictionary_pagesize_limit=4096, data_page_size=1024)
+    raw = path.read_bytes()
+    size = int.from_bytes(raw[-8:-4], "little") + 8
+    footer = parse_footer(raw[-size:], path=str(path), file_size=len(raw))
+    assert footer.dictionary_chunks == frozenset({(0, 0), (1, 0), (0, 1)})
+
+
+def test_the_test_file_has_every_kind_of_chunk(
+        table: tuple[caslake.Table, list[int]]) -> None:
+    footer = _footer(table[0], table[1][0])
+    s = footer.column_indexes(["s"])[0]
+    kinds = set()
+    for rg in range(footer.num_row_groups):
+        chunk = footer.metadata.row_group(rg).column(s)
+        kinds.add("dictionary only" if (rg, s) in footer.dictionary_chunks
+                  else "fallback" if chunk.has_dictionary_page else "plain")
+    assert kinds == {"dictionary only", "fallback", "plain"}
+    flag = footer.column_indexes(["flag"])[0]
+    assert all((rg, flag) in footer.dictionary_chunks for rg in range(footer.num_row_groups))
+
+
+def test_scans_equal_duckdb_with_dictionary_chunks(table: tuple[caslake.Table, list[int]],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scan, "MIN_UNIT_BYTES", 1)  # many work units
+    data = _data()
+    t, versions = table
+    want_schema = data.select(["id", "flag", "s", "b"]).schema
+    for i, v in enumerate(versions):
+        for where in WHERES:
+            got = t.scan(columns=["id", "flag", "s", "b"], where=where, version=v).to_arrow()
+            assert got.schema.remove_metadata() == want_schema
+            assert _same(got.sort_by("id"), _duck(data, DELETES[:i], where, "id, flag, s, b")), \
+                (v, where)
+
+
+def test_matching_rows_positions_with_dictionary_chunks(
+        table: tuple[caslake.Table, list[int]]) -> None:
+    data = _data()
+    t, versions = table
+    sc = t.scan(columns=["flag", "s"], where="id >= 10000 AND id < 30000", version=versions[2])
+    got = pa.concat_tables([rows for _, rows in sc.matching_rows()])
+    assert got.schema.field("s").type == pa.string()
+    want = data.slice(10000, 20000)
+    live = set(_duck(data, DELETES[:2], None, "id").column("id").to_pylist())
+    keep = [i for i in range(10000, 30000) if i in live]
+    assert got.column("__pos").to_pylist() == keep
+    rows = np.array(keep) - 10000
+    assert got.column("s").to_pylist() == want.column("s").take(rows).to_pylist()
+    assert got.column("flag").to_pylist() == want.column("flag").take(rows).to_pylist()
+
+
+def test_renamed_and_added_columns_with_dictionary_chunks(tmp_path: Path) -> None:
+    data = _data()
+    t = caslake.create_table(str(tmp_path / "t"), data.schema,
+                             write_options=WriteOptions(row_group_size=64 * 1024))
+    t.append(data)
+    t.delete(DELETES[1])
+    t.update_schema().rename_column("flag", "status").add_column("extra", "string").commit()
+    got = t.scan(columns=["id", "status", "extra", "s"], where="id < 50000").to_arrow()
+    assert got.schema.field("status").type == pa.string()
+    assert got.schema.field("extra").type == pa.string()
+    want = _duck(data, [DELETES[1]], "id < 50000",
+                 "id, flag AS status, CAST(NULL AS VARCHAR) AS extra, s")
+    assert _same(got.sort_by("id"), want)
+
+
+def test_a_files_dictionary_chunks_are_found_once_per_process(
+        table: tuple[caslake.Table, list[int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new table handle (or Spark task) has its own footer cache; the Thrift
+    decode of the footer that finds the dictionary-only chunks is not redone."""
+    t, versions = table
+    want = t.scan(columns=["flag"], version=versions[0]).count()
+    decodes = []
+
+    def counting(data: bytes, *, what: str = "") -> object:
+        decodes.append(what)
+        return decode(data, what=what)
+    decode = parquet.decode_file_metadata
+    monkeypatch.setattr(parquet, "decode_file_metadata", counting)
+    scan._DICTIONARY_CHUNKS.clear()
+    for _ in range(3):
+        fresh = caslake.open_table(t.uri)
+        assert fresh.scan(columns=["flag"], version=versions[0]).count() == want
+    assert len(decodes) == 1
+
+
+@pytest.mark.parametrize("values", [["A", "N", "R"], ["ab", "cd"], ["x", "yy", ""], [""],
+                                    ["same", "size", "four"]])
+@pytest.mark.parametrize("nulls", [False, True])
+@pytest.mark.parametrize("to", [pa.string(), pa.binary()])
+def test_expanding_a_dictionary_chunk_equals_pyarrows_cast(values: list[str], nulls: bool,
+                                                           to: pa.DataType) -> None:
+    rng = np.random.default_rng(3)
+    n = 1000
+    indices = pa.array(rng.integers(0, len(values), n).astype(np.int32),
+                       mask=rng.random(n) < 0.2 if nulls else None)
+    chunk = pa.DictionaryArray.from_arrays(indices, pa.array(values).cast(to))
+    for part in (chunk, chunk.slice(0, 0), chunk.slice(7, 500), chunk.slice(999)):
+        got = scan._expand_chunk(part, to)
+        got.validate(full=True)
+        assert got.type == to and got.equals(part.cast(to))
+
+
+def test_a_scan_after_deletes_does_not_import_pandas(
+        table: tuple[caslake.Table, list[int]]) -> None:
+    """pyarrow imports pandas (~0.3 s) on its first Python-to-Arrow conversion;
+    a scan without a predicate needs none."""
+    t, _ = table
+    code = ("import sys, caslake\n"
+            f"t = caslake.open_table({t.uri!r})\n"
+            "n = t.scan(columns=['id', 'flag', 's']).to_arrow().num_rows\n"
+            "print(n, 'pandas' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True).stdout.split()
+    assert out == [str(t.scan(columns=["id"]).count()), "False"]
