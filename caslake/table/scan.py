@@ -65,6 +65,7 @@ POSITION = "__pos"
 SLICE_RUN_ROWS = 4096  # mean surviving run length above which deletes are sliced out
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 MIN_UNIT_BYTES = 4 * 1024 * 1024  # below this, a unit's fixed cost outweighs the parallelism
+UNITS_PER_THREAD = 2  # work units per scan thread, for balance
 FOOTER_WINDOW = 16  # footers fetched ahead of a streaming scan
 #: Each data file's dictionary-only column chunks, by (path, footer CRC-32 from the
 #: manifest, which the footer was checked against; a file without one uses its
@@ -457,17 +458,26 @@ class Scan(ArrowExport):
 
     def _units(self) -> Iterator[tuple[FileTask, list[int]]]:
         """Work units: runs of a file's row groups, each at most ``UNIT_BYTES`` of
-        column chunks, and small enough that there are about two units per scan
+        column chunks, and small enough that there are ``UNITS_PER_THREAD`` units per scan
         thread (so every core decodes), but not below ``MIN_UNIT_BYTES``.  An
         unfiltered scan of a snapshot streams its tasks (footers fetched as it
-        goes), sizing units by the snapshot's stored bytes instead of the plan's."""
+        goes), sizing units by the snapshot's stored bytes scaled to the share of
+        them the first file's projected column chunks hold (the stored bytes are
+        every column's: a 2-column scan of a wide table would otherwise get one
+        unit per file, and one core would decode it all)."""
         tasks: Iterable[FileTask]
         if self._plan is None and self._streams:
-            tasks, total = self._tasks(), self.snapshot.manifest.totals.bytes
+            stream = self._tasks()
+            first = next(stream, None)
+            if first is None:
+                return
+            tasks = itertools.chain([first], stream)
+            share = first.bytes_to_read / max(1, first.file.size)
+            total = int(self.snapshot.manifest.totals.bytes * min(1.0, share))
         else:
             tasks = self.plan().tasks
             total = sum(t.bytes_to_read for t in tasks)
-        limit = min(UNIT_BYTES, max(MIN_UNIT_BYTES, total // (2 * threads())))
+        limit = min(UNIT_BYTES, max(MIN_UNIT_BYTES, total // (UNITS_PER_THREAD * threads())))
         for t in tasks:
             col_idx = t.column_indexes
             group: list[int] = []
