@@ -239,7 +239,8 @@ def _literal_buffers(values: Sequence[LiteralValue], t: pa.DataType) -> list[pa.
         return None
     dtype = np.dtype(f"{'u' if types.is_unsigned_integer(t) else 'i'}{t.bit_width // 8}")
     info = np.iinfo(dtype)
-    if any(i < info.min or i > info.max for i in ints):
+    low, high = int(info.min), int(info.max)  # not per value: numpy's limits are slow
+    if any(i < low or i > high for i in ints):
         return None
     return [_buffer(np.array(ints, dtype))]
 
