@@ -652,17 +652,24 @@ def summary_matcher(bound: BoundExpr, *, schema: TableSchema) -> MightMatch:
 def drop_deleted(table: pa.Table, keep: np.ndarray) -> pa.Table:
     """The rows of ``table`` where ``keep`` is true, in order.
 
-    Few, scattered deletes leave long runs of kept rows: those are zero-copy
-    slices of the decoded columns (no per-row work at all).  Dense deletes go
-    through one vectorised ``filter``."""
+    Deletes that leave long runs of kept rows (a few rows, or contiguous
+    ranges however long) are cut out as zero-copy slices of the decoded
+    columns (no per-row work at all); the runs are counted, not the deleted
+    rows.  Scattered dense deletes go through one vectorised ``filter``."""
     dead = np.flatnonzero(~keep)
     if len(dead) == 0:
         return table
-    if (len(dead) + 1) * SLICE_RUN_ROWS > table.num_rows:
+    n = table.num_rows
+    # Kept runs [start, end): before the first deleted row, and after each
+    # deleted row whose successor is kept, up to the next deleted row.
+    after = np.flatnonzero(np.diff(dead, append=n) > 1)
+    starts = dead[after] + 1
+    ends = np.append(dead, n)[after + 1]
+    if dead[0] > 0:
+        starts, ends = np.append(0, starts), np.append(dead[0], ends)
+    if len(starts) * SLICE_RUN_ROWS > n:
         return table.filter(_bool_array(keep))
-    starts = np.concatenate(([0], dead + 1))  # [start, end) of the runs between deletes
-    ends = np.concatenate((dead, [table.num_rows]))
-    runs = [(int(a), int(b)) for a, b in zip(starts, ends, strict=True) if b > a]
+    runs = list(zip(starts.tolist(), ends.tolist(), strict=True))
     if not runs:
         return table.slice(0, 0)
     return pa.concat_tables([table.slice(a, b - a) for a, b in runs])

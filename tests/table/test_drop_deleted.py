@@ -31,3 +31,19 @@ def test_edges_and_sparse_path_is_zero_copy() -> None:
     # the sparse path slices: every chunk shares the decoded buffer
     base = table["id"].chunk(0).buffers()[1].address
     assert all(c.buffers()[1].address == base for c in got["id"].chunks)
+
+
+@pytest.mark.parametrize("runs", [1, 3])
+def test_a_deleted_range_is_sliced_out_whatever_its_length(runs: int) -> None:
+    """A delete of contiguous rows (an id range) leaves few runs of kept rows,
+    however many rows it removed: slices, not a row-by-row filter."""
+    n = SLICE_RUN_ROWS * 64
+    table = pa.table({"id": np.arange(n)})
+    keep = np.ones(n, dtype=bool)
+    for r in range(runs):
+        start = (2 * r + 1) * n // (2 * runs + 1)
+        keep[start:start + n // 50] = False  # 2% of the rows each, contiguous
+    got = drop_deleted(table, keep)
+    assert got.equals(table.filter(pa.array(keep)))
+    base = table["id"].chunk(0).buffers()[1].address
+    assert all(c.buffers()[1].address == base for c in got["id"].chunks)
