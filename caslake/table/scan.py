@@ -596,6 +596,11 @@ class Scan(ArrowExport):
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Stream the rows; the first batch waits only for the first work unit's
         footer and chunks (footers further on are fetched as the stream advances)."""
+        return self._stream(ahead=threads() + 1)
+
+    def _stream(self, ahead: int | None) -> Iterator[pa.RecordBatch]:
+        """The rows, unit by unit in order, at most ``ahead`` units decoded or
+        queued ahead of the consumer (``None``: every unit at once)."""
         units = self._units()
         first = list(itertools.islice(units, 2))
         if len(first) == 1:  # nothing to overlap: read inline, no thread hand-off
@@ -604,12 +609,10 @@ class Scan(ArrowExport):
         window: deque[Future[pa.Table]] = deque()
         pending = itertools.chain(first, units)
         # Units never wait on other units, so one process-wide pool cannot deadlock.
-        n = threads()
-        pool = shared_pool("scan", n)
-        ahead = n + 1  # units decoded or queued ahead of the consumer (memory bound)
+        pool = shared_pool("scan", threads())
         try:
             def refill() -> None:
-                while len(window) < ahead:
+                while ahead is None or len(window) < ahead:
                     nxt = next(pending, None)
                     if nxt is None:
                         return
@@ -630,7 +633,9 @@ class Scan(ArrowExport):
         return self.to_reader()
 
     def to_arrow(self) -> pa.Table:
-        return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
+        # Every result is kept, so every unit is queued at once: a bounded window
+        # in consumption order would leave a core idle behind a slow unit.
+        return pa.Table.from_batches(list(self._stream(ahead=None)), schema=self.schema)
 
     def count(self) -> int:
         return sum(b.num_rows for b in self.to_batches())

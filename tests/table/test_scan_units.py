@@ -4,6 +4,7 @@ bytes, not by every column's (which gave one unit per file, and one core)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,3 +47,34 @@ def test_a_narrow_scan_of_a_wide_table_gets_a_unit_per_thread(
     assert len(units) >= 2 * threads()
     got = scan.to_arrow().column("id").to_numpy()
     assert np.array_equal(np.sort(got), np.arange(n))
+
+
+def test_to_arrow_never_leaves_a_thread_idle_behind_a_slow_first_unit(
+        tmp_path: Path, two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``to_arrow`` keeps every result anyway, so it queues every unit at once: a
+    slow unit at the head must not hold back the units after it (a bounded
+    window in consumption order left a core idle until the head finished).
+    Here the first unit waits until the last one has started; with a window
+    it would wait forever (the event's timeout fails the test)."""
+    monkeypatch.setattr(scan_mod, "MIN_UNIT_BYTES", 1)
+    n = 6 * 2048
+    t = caslake.create_table(str(tmp_path / "t"), SCHEMA,
+                             write_options=WriteOptions(row_group_size=2048))
+    t.append(pa.table({"id": np.arange(n), "payload": [b"x" * 50] * n}, schema=SCHEMA))
+    scan = t.scan(columns=["id"])
+    units = list(scan._units())
+    assert len(units) > threads() + 1, "the test needs more units than a window holds"
+    last_started = threading.Event()
+    read_unit = scan_mod.Scan._read_unit
+
+    def read(self: scan_mod.Scan, task: scan_mod.FileTask, groups: list[int],
+             **kw: bool) -> pa.Table:
+        if (task.file.path, groups) == (units[-1][0].file.path, units[-1][1]):
+            last_started.set()
+        if (task.file.path, groups) == (units[0][0].file.path, units[0][1]):
+            assert last_started.wait(timeout=10), "the last unit never started"
+        return read_unit(self, task, groups, **kw)
+
+    monkeypatch.setattr(scan_mod.Scan, "_read_unit", read)
+    got = scan.to_arrow().column("id").to_numpy()
+    assert np.array_equal(got, np.arange(n))
