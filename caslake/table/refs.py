@@ -378,16 +378,19 @@ def fast_forward(io: MetadataIO, target: str, source: str) -> Snapshot:
         if s_ptr.commit_id == t_ptr.commit_id and s_ptr.version == t_ptr.version:
             return s_head
         ok = s_ptr.version >= t_ptr.version
+        why = "it moved since the fork"
         if ok:
             try:
                 ok = io.at_version(s_head, t_ptr.version).manifest.commit_id == t_ptr.commit_id
-            except VersionNotFound:
+            except VersionNotFound:  # expired by gc: the fork can no longer be checked
                 ok = False
+                why = (f"gc has expired that version of {source!r}, so the fork cannot be "
+                       "checked")
         if not ok:
             raise BranchDiverged(
                 f"cannot fast-forward {target!r} to {source!r}: {target!r} is at version "
-                f"{t_ptr.version}, which is not in {source!r}'s history (it moved since "
-                "the fork)", target=target, source=source)
+                f"{t_ptr.version}, which is not in {source!r}'s history ({why})",
+                target=target, source=source)
         moved = Pointer(t_ptr.table_id, s_ptr.version, s_ptr.manifest, s_ptr.commit_id,
                         format_version=max(t_ptr.format_version, s_ptr.format_version))
         try:

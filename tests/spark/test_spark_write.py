@@ -86,7 +86,9 @@ def test_failed_task_leaves_no_version_and_no_data_files(spark: SparkSession,
                 deadline = time.monotonic() + 60
                 while not data_files(target) - known and time.monotonic() < deadline:
                     time.sleep(0.05)
-                time.sleep(0.5)
+                # Time for that task's message to reach the driver (0.5 s was not
+                # enough at load 7: the file it names was left to gc).
+                time.sleep(2.0)
                 raise ValueError("boom on 77")
             return i
 

@@ -109,6 +109,24 @@ def test_fast_forward_after_a_divergent_main_commit_is_a_typed_conflict(table) -
     assert open_store(table.uri).get(POINTER_KEY).data == before
 
 
+def test_fast_forward_after_gc_expired_the_fork_names_the_expiry(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Once gc has expired the source's version that the target's head sits at,
+    the fork cannot be checked: the fast-forward is refused as diverged (as
+    Iceberg refuses when the ancestry walk meets an expired snapshot), with a
+    message that says why, and nothing changes."""
+    table = caslake.create_table(str(tmp_path / "t"), rows(0, 1).schema)  # main: version 0 only
+    audit = table.create_branch("audit")
+    audit.append(rows(100, 5))
+    table.gc(now=datetime.now(UTC) + timedelta(days=30))
+    assert table.refresh().version == 0  # main did not move
+    assert audit.refresh().snapshot.manifest.oldest_version > 0
+    before = open_store(table.uri).get(POINTER_KEY).data
+    with pytest.raises(BranchDiverged) as e:
+        table.fast_forward(target="main", source="audit")
+    assert "expired" in str(e.value) and "moved since" not in str(e.value)
+    assert open_store(table.uri).get(POINTER_KEY).data == before
+
+
 def test_merge_replays_appends_and_deletes_onto_an_appended_target(table) -> None:  # type: ignore[no-untyped-def]
     audit = table.create_branch("audit")
     audit.append(rows(100, 5))
