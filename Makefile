@@ -27,7 +27,7 @@ typecheck: $(STAMP) ## mypy --strict on the package
 	$(VENV)/bin/mypy
 
 unit: $(STAMP) ## every test (starts its own moto S3 server)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 test: lint typecheck unit ## lint, type checks and every test
 

@@ -39,6 +39,7 @@ model has; every few steps (and at the end, deep and over all versions)
 from __future__ import annotations
 
 import io
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -705,6 +706,17 @@ def check_faults_fired(stats: Stats) -> None:
 
 # --- the tests ---------------------------------------------------------------------------
 
+# ``make test`` runs the CI-sized example counts; CASLAKE_LONG_TESTS=1 runs the long ones
+# (every rule and fault kind is reachable in both: only the number of random programs
+# differs, and each test still asserts its faults and rules fired).
+LONG_TESTS = os.environ.get("CASLAKE_LONG_TESTS") == "1"
+
+
+def examples(ci: int, long: int) -> int:
+    """Hypothesis ``max_examples``: ``ci`` in ``make test``, ``long`` with CASLAKE_LONG_TESTS=1."""
+    return long if LONG_TESTS else ci
+
+
 # Small files with one-row row groups: appends write several files, deletes address
 # row groups and positions.
 MEMORY_LAYOUT = caslake.WriteOptions(target_file_size=2_500, row_group_size=1)
@@ -716,7 +728,7 @@ def test_model_memory(small_segments: None) -> None:
     statistics summaries the reads prune by."""
     machine, stats = machine_for(lambda: f"memory://{uuid.uuid4().hex}", None, MEMORY_LAYOUT)
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=100, stateful_step_count=25, deadline=None, database=None,
+        max_examples=examples(50, 100), stateful_step_count=25, deadline=None, database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
     check_faults_fired(stats)
     assert stats.segment_versions > 0
