@@ -739,8 +739,12 @@ def test_model_local_with_exports(tmp_path: Path) -> None:
     and gc keeping what the exports reference, among all the other rules."""
     machine, stats = machine_for(lambda: str(tmp_path / uuid.uuid4().hex), None,
                                  MEMORY_LAYOUT, ExportReaders())
+    # Eight programs are too few for random draws to fire a typed failure every
+    # time (CI failed once with only settled faults), so this test draws the same
+    # programs each run; test_model_memory keeps exploring at random.
     run_state_machine_as_test(machine, settings=settings(
         max_examples=8, stateful_step_count=25, deadline=None, database=None,
+        derandomize=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
     check_faults_fired(stats)
     print(f"exports read back: {stats.export_checks}")
@@ -753,6 +757,7 @@ def test_model_s3(s3_uri: str, s3_options: dict[str, str]) -> None:
                                  S3_LAYOUT)
     run_state_machine_as_test(machine, settings=settings(
         max_examples=10, stateful_step_count=25, deadline=None, database=None,
+        derandomize=True,  # few programs: the same ones each run (see above)
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
     check_faults_fired(stats)
 
