@@ -26,6 +26,7 @@ from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
 from caslake.table.metadata_io import MetadataIO
 from tests.sample_data import live_ids as ids
+from tests.sample_data import wait_out_gc_fence
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
 LATER = timedelta(days=30)  # "now" for a GC run that finds everything old
@@ -111,6 +112,7 @@ def test_gc_deletes_only_unreferenced_old_objects(uri_opts: tuple[str, dict[str,
     # A second gc finds nothing to do and commits nothing; later commits work.
     again = fresh.gc(now=datetime.now(UTC) + LATER)
     assert again.deleted_count == 0 and again.head_version == 7 and fresh.version == 7
+    wait_out_gc_fence(fresh)  # on S3 the fence can be up to a second ahead of now
     fresh.append(rows(5000, 5001))
     assert ids(caslake.open_table(uri, storage_options=opts or None)) == \
         expected[-1] + [5000]

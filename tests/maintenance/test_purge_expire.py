@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 import uuid
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from caslake.maintenance.verify import verify_table
 from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
 from tests.export.readers import deltalake_rows
+from tests.sample_data import wait_out_gc_fence
 
 SECRET = "alice-7f3a9c0e"
 WHERE = f"user = '{SECRET}'"
@@ -108,8 +108,7 @@ def test_after_purge_with_expire_no_object_holds_the_value(
     assert verify_table(store, deep=True, all_versions=True).ok
     # A writer that starts before the fence is refused (WriterOutlivedGc): on S3 the fence
     # is a deleted orphan's whole-second Last-Modified + 999 ms, so wait it out first.
-    fence = fresh.snapshot.manifest.collected_until_ms
-    time.sleep(max(0.0, fence / 1000 - time.time()) + 0.005)
+    wait_out_gc_fence(fresh)
     t.append(rows(500, 510))  # the table stays writable
     assert fresh.refresh().version > report.version
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import io
 import os
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,6 +95,7 @@ from tests.reliability.test_crash_every_step import (
     read_iceberg_hint,
     referenced_keys,
 )
+from tests.sample_data import wait_out_gc_fence
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
                     pa.field("f", pa.float64())])
@@ -611,8 +611,7 @@ class TableMachine(RuleBasedStateMachine):
         """Writers that start before gc's fence are refused (WriterOutlivedGc).  A fault
         can leave an orphan seconds before gc runs, and on S3 (whole-second
         Last-Modified) the fence may then be up to a second ahead of now."""
-        fence = self.observer.refresh().snapshot.manifest.collected_until_ms
-        time.sleep(max(0.0, fence / 1000 - time.time()) + 0.005)
+        wait_out_gc_fence(self.observer)
 
     # Two rules, so that about one step in five arms a fault for the next write.
     @precondition(lambda self: self.armed is None and self.race is None)
