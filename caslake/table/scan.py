@@ -66,6 +66,9 @@ SLICE_RUN_ROWS = 4096  # mean surviving run length above which deletes are slice
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 MIN_UNIT_BYTES = 4 * 1024 * 1024  # below this, a unit's fixed cost outweighs the parallelism
 UNITS_PER_THREAD = 2  # work units per scan thread, for balance
+
+#: A work unit: runs of row groups of one or more files, ``(task, row groups)`` in order.
+Unit = tuple[tuple["FileTask", list[int]], ...]
 FOOTER_WINDOW = 16  # footers fetched ahead of a streaming scan
 #: Each data file's dictionary-only column chunks, by (path, footer CRC-32 from the
 #: manifest, which the footer was checked against; a file without one uses its
@@ -456,10 +459,14 @@ class Scan(ArrowExport):
 
     # --- execution -------------------------------------------------------------
 
-    def _units(self) -> Iterator[tuple[FileTask, list[int]]]:
-        """Work units: runs of a file's row groups, each at most ``UNIT_BYTES`` of
-        column chunks, and small enough that there are ``UNITS_PER_THREAD`` units per scan
-        thread (so every core decodes), but not below ``MIN_UNIT_BYTES``.  An
+    def _units(self) -> Iterator[Unit]:
+        """Work units: runs of row groups, in scan order, each at most ``UNIT_BYTES``
+        of column chunks, and small enough that there are ``UNITS_PER_THREAD`` units
+        per scan thread (so every core decodes), but not below ``MIN_UNIT_BYTES``.
+        A unit may span files (one segment per file): cut per file, a small file, or
+        the end of each file, became a small unit that ran alone on one core at the
+        end.  Each cut falls at the row group boundary nearest a multiple of the
+        unit size, so the units come out equal to within a row group.  An
         unfiltered scan of a snapshot streams its tasks (footers fetched as it
         goes), sizing units by the snapshot's stored bytes scaled to the share of
         them the first file's projected column chunks hold (the stored bytes are
@@ -478,19 +485,29 @@ class Scan(ArrowExport):
             tasks = self.plan().tasks
             total = sum(t.bytes_to_read for t in tasks)
         limit = min(UNIT_BYTES, max(MIN_UNIT_BYTES, total // (UNITS_PER_THREAD * threads())))
+        unit: list[tuple[FileTask, list[int]]] = []
+        done = 0  # bytes of the row groups before ``rg``
+        cut = limit  # the next multiple of the limit
         for t in tasks:
             col_idx = t.column_indexes
             group: list[int] = []
-            size = 0
             for rg in t.row_groups:
                 rg_bytes = t.footer.chunk_bytes([rg], col_idx)
-                if group and size + rg_bytes > limit:
-                    yield t, group
-                    group, size = [], 0
+                # Cut before ``rg`` if the cut is more than half of it away.
+                if (group or unit) and done + rg_bytes / 2 > cut:
+                    if group:
+                        unit.append((t, group))
+                    yield tuple(unit)
+                    unit, group = [], []
+                    cut += limit
+                    while cut <= done:  # a row group bigger than the limit
+                        cut += limit
                 group.append(rg)
-                size += rg_bytes
+                done += rg_bytes
             if group:
-                yield t, group
+                unit.append((t, group))
+        if unit:
+            yield tuple(unit)
 
     def _open_unit(self, task: FileTask, groups: list[int]
                    ) -> Callable[[tuple[str, ...]], pq.ParquetFile]:
@@ -517,9 +534,10 @@ class Scan(ArrowExport):
             **VERIFY_PAGE_CHECKSUMS)
 
     def _read_unit(self, task: FileTask, groups: list[int], *,
-                   with_positions: bool = False) -> pa.Table:
+                   with_positions: bool = False, column_threads: bool = True) -> pa.Table:
         """Decode, drop deleted rows, filter, project.  ``with_positions`` adds a
-        ``__pos`` column with each surviving row's position in the file."""
+        ``__pos`` column with each surviving row's position in the file;
+        ``column_threads``: pyarrow decodes a row group's columns on its own threads."""
         files: dict[tuple[str, ...], pq.ParquetFile] = {}
         try:
             opener = self._open_unit(task, groups)
@@ -544,15 +562,15 @@ class Scan(ArrowExport):
                 except (OSError, pa.ArrowException) as e:
                     raise CorruptMetadata(task.file.path, f"unreadable column data ({e})"
                                           ) from None
-            parts.append(self._read_group(pf, task, span, with_positions))
+            parts.append(self._read_group(pf, task, span, with_positions, column_threads))
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
     def _read_group(self, pf: pq.ParquetFile, task: FileTask, span: tuple[int, int, int],
-                    with_positions: bool) -> pa.Table:
+                    with_positions: bool, column_threads: bool) -> pa.Table:
         """Decode one row group of ``pf`` and finish it (see :meth:`_finish`)."""
         rg, _, rows = span
         try:
-            table = pf.read_row_group(rg, columns=task.columns, use_threads=True)
+            table = pf.read_row_group(rg, columns=task.columns, use_threads=column_threads)
         except (OSError, pa.ArrowException) as e:
             raise CorruptMetadata(task.file.path, f"unreadable column data ({e})") from None
         if task.evolved:
@@ -588,10 +606,17 @@ class Scan(ArrowExport):
                                     else self.columns), self._arrow_schema)
 
     def matching_rows(self) -> Iterator[tuple[FileTask, pa.Table]]:
-        """Per work unit: its file, and the projected live rows that match ``where``
-        with their file positions in a ``__pos`` column."""
-        for task, groups in self._units():
-            yield task, self._read_unit(task, groups, with_positions=True)
+        """Per segment of a work unit: its file, and the projected live rows that
+        match ``where`` with their file positions in a ``__pos`` column."""
+        for unit in self._units():
+            for task, groups in unit:
+                yield task, self._read_unit(task, groups, with_positions=True)
+
+    def _read_segments(self, unit: Unit, column_threads: bool = True) -> list[pa.Table]:
+        """The rows of every segment of ``unit``, in order (``column_threads``: see
+        :meth:`_read_unit`)."""
+        return [self._read_unit(task, groups, column_threads=column_threads)
+                for task, groups in unit]
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Stream the rows; the first batch waits only for the first work unit's
@@ -602,11 +627,17 @@ class Scan(ArrowExport):
         """The rows, unit by unit in order, at most ``ahead`` units decoded or
         queued ahead of the consumer (``None``: every unit at once)."""
         units = self._units()
-        first = list(itertools.islice(units, 2))
+        first = list(itertools.islice(units, max(2, threads())))
         if len(first) == 1:  # nothing to overlap: read inline, no thread hand-off
-            yield from self._read_unit(*first[0]).to_batches()
+            for table in self._read_segments(first[0]):
+                yield from table.to_batches()
             return
-        window: deque[Future[pa.Table]] = deque()
+        # With a unit for every scan thread, each thread decodes its row group's
+        # columns itself: handing them to pyarrow's pool as well (which the other
+        # scan threads share) cost ~15% of a 2-core full scan in hand-offs.  With
+        # fewer units than threads, pyarrow's threads decode columns in parallel.
+        inner = len(first) < threads()
+        window: deque[Future[list[pa.Table]]] = deque()
         pending = itertools.chain(first, units)
         # Units never wait on other units, so one process-wide pool cannot deadlock.
         pool = shared_pool("scan", threads())
@@ -616,12 +647,13 @@ class Scan(ArrowExport):
                     nxt = next(pending, None)
                     if nxt is None:
                         return
-                    window.append(pool.submit(self._read_unit, *nxt))
+                    window.append(pool.submit(self._read_segments, nxt, inner))
             refill()
             while window:
-                table = window.popleft().result()
+                tables = window.popleft().result()
                 refill()
-                yield from table.to_batches()
+                for table in tables:
+                    yield from table.to_batches()
         finally:
             for f in window:  # an abandoned reader must not leave work running
                 f.cancel()
