@@ -121,10 +121,18 @@ class CaslakeSystem(System):
         self.requests.append(dict(result.requests))
         return int(result.rows_deleted)
 
-    def read(self, columns: list[str] | None = None, ids: IdRange | None = None) -> pa.Table:
+    def read(self, columns: list[str] | None = None, ids: IdRange | None = None, *,
+             sql: bool = False) -> pa.Table:
+        """``where`` is caslake's expression API (``col("id").between(lo, hi)``), as
+        pyarrow, deltalake and pyiceberg get structured filters; ``sql`` passes SQL text
+        instead (parsed by sqlglot, imported on the first SQL string in a process)."""
         import caslake
 
-        where = None if ids is None else sql_range(*ids)
+        where: Any = None
+        if ids is not None:
+            lo, hi = ids
+            where = (sql_range(lo, hi) if sql else
+                     caslake.col("id") == lo if lo == hi else caslake.col("id").between(lo, hi))
         return caslake.open_table(str(self.root)).scan(columns=columns, where=where).to_arrow()
 
     def data_files(self) -> int:
