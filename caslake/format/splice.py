@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from caslake.errors import CaslakeError, CorruptMetadata
+from caslake.format.parquet import with_dictionary_hint
 from caslake.format.parquet_thrift import (
     CODEC_NAMES,
     DATA_PAGE_TYPES,
@@ -384,6 +385,7 @@ def splice_file(fmd: Any, replacements: Mapping[int, EncodedGroup | None],
         pos += len(blob)
     new.row_groups = groups
     new.num_rows = rows
+    with_dictionary_hint(new)
     tail = footer_tail(new)
     pieces.append(tail)
     pos += len(tail)
