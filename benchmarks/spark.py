@@ -10,7 +10,8 @@ a) full scan through the Python data source, ``spark.read.format("caslake")``;
 b) full scan through ``caslake.spark.read_native`` (the native fast path);
 c) full scan through ``spark.read.parquet`` of the table's live data files:
    the upper bound.  Goals: native/plain throughput >= 0.9x, Python
-   source/plain >= 0.5x (warm);
+   source/plain >= 0.6x (warm; >= 0.5x, at most twice the time, below
+   ``SMALL_ROWS``);
 d) ``id`` range filters selecting 1% and 10% of rows through the Python
    source: time (plain Parquet with the same filter for reference) and the
    bytes read from storage, against the bytes of a full scan.  Bytes are
@@ -19,7 +20,7 @@ d) ``id`` range filters selecting 1% and 10% of rows through the Python
    each task's counters to a file, and the driver sums them;
 e) ``df.write.format("caslake").mode("append")`` of all N rows into a new table
    vs ``df.write.parquet`` (zstd, caslake's codec) of the same cached DataFrame
-   (goal: <= 1.2x the time);
+   (goal: <= 1.2x the time; <= 2x below ``SMALL_ROWS``);
 f) full scans (Python source and native) after deleting 1% of rows by a
    scattered predicate, vs the same scans at the version before the delete
    (same data files).
@@ -290,8 +291,9 @@ class Bench:
                 mrows / t_nat, mrows / t_plain, "spark.read.parquet, same files", ">= 0.9x",
                 t_plain / t_nat >= 0.9, unit="Mrows/s"),
             Row(f"full scan, all columns, Python source (median of {self.repeat}, warm)",
-                mrows / t_src, mrows / t_plain, "spark.read.parquet, same files", ">= 0.5x",
-                t_plain / t_src >= 0.5, unit="Mrows/s"),
+                mrows / t_src, mrows / t_plain, "spark.read.parquet, same files",
+                f">= {self._source_goal}x", t_plain / t_src >= self._source_goal,
+                unit="Mrows/s"),
         ]
 
     # --- d ------------------------------------------------------------------------------
@@ -387,8 +389,20 @@ class Bench:
             for p in last:
                 shutil.rmtree(p, ignore_errors=True)
             shutil.rmtree(parquet_dir, ignore_errors=True)
+        bound = self._append_goal
         return [Row(f"append {self.n:,} rows from a cached DataFrame, one commit", t_ours,
-                    t_peer, "df.write.parquet (zstd)", "<= 1.2x", t_ours <= 1.2 * t_peer)]
+                    t_peer, "df.write.parquet (zstd)", f"<= {bound}x", t_ours <= bound * t_peer)]
+
+    @property
+    def _source_goal(self) -> float:
+        """Issue 14: the Python source at least 0.6x ``spark.read.parquet`` on 5M rows;
+        on small tables (336k rows) at most 2x its time."""
+        return 0.6 if self.n >= SMALL_ROWS else 0.5
+
+    @property
+    def _append_goal(self) -> float:
+        """Issue 14: appends at most 1.2x ``df.write.parquet`` on 5M rows, 2x on 336k."""
+        return 1.2 if self.n >= SMALL_ROWS else 2.0
 
     # --- f ------------------------------------------------------------------------------
 
@@ -425,6 +439,9 @@ def _noop_filtered(df: Callable[[], DataFrame], cond: Column) -> None:
 def _dir_bytes(p: Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
+
+#: Below this many rows a table is "small" (issue 14 measures 336k): goals of 2x the time.
+SMALL_ROWS = 1_000_000
 
 PARTS = ("full_scans", "filters", "append", "deletes")
 
