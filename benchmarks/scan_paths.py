@@ -17,9 +17,8 @@ process, are:
 * a **cold** first Q1 and Q6 in a fresh process against the warm ones after it in
   the same process, with only ``import caslake`` before the clock (Q6's first scan
   then loads pandas, which pyarrow imports on its first conversion of a Python
-  value, and sqlglot for the SQL string; Q1's loads neither), with those
-  imports done first too, and with ``import pyarrow`` before ``import caslake``
-  (Arrow's allocator then keeps 4 KiB pages: caslake.allocator);
+  value, and sqlglot for the SQL string; Q1's loads neither) and with those
+  imports done first too;
 * **append**: caslake's ``append`` against ``pq.write_table`` with the same
   settings (zstd at caslake's level, page CRCs, statistics, same row-group size) and Lance.
 
@@ -28,6 +27,7 @@ Every caslake answer is checked against DuckDB on the same Arrow data.
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import subprocess
@@ -42,7 +42,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.timing import child_env, set_cores
+from benchmarks.timing import set_cores
 from benchmarks.tpch import (
     Q1_COLUMNS,
     Q6_COLUMNS,
@@ -76,25 +76,20 @@ def duck(data: pa.Table, sql: str) -> Any:
     return row[0]
 
 
-COLD_IMPORTS = {  # label: (imported before caslake, imported after it)
-    "import caslake only": ("", ""),
+COLD_IMPORTS = {
+    "import caslake only": "",
     # pyarrow imports pandas on its first Python-to-Arrow conversion (any scan);
     # sqlglot and its DuckDB dialect load on the first SQL string predicate.
-    "imports a scan loads done first": ("", "import pandas, sqlglot.dialects.duckdb"),
-    # pyarrow loaded before caslake: Arrow's allocator keeps 4 KiB pages
-    # (caslake.allocator), as in a process that imported pyarrow first.
-    "import pyarrow, then caslake": ("import pyarrow", ""),
+    "imports a scan loads done first": "import pandas, sqlglot.dialects.duckdb",
 }
 
 
-def cold_scan(root: Path, version: int, preload: tuple[str, str], columns: list[str],
-              where: str | None) -> tuple[float, float, float]:
-    """A fresh process: ``import caslake`` (and the imports ``preload`` puts
-    before and after it), then the first scan and three more.  Returns (import
-    seconds, first scan, median of the later three): the first and the warm
-    scans share the process, so load hits them alike."""
-    imports = "; ".join(x for x in (preload[0], "import caslake", preload[1]) if x)
-    code = (f"import time; t0 = time.perf_counter(); {imports}\n"
+def cold_scan(root: Path, version: int, preload: str, columns: list[str], where: str | None
+              ) -> tuple[float, float, float]:
+    """A fresh process: ``import caslake`` (and ``preload``), then the first scan and
+    three more.  Returns (import seconds, first scan, median of the later three):
+    the first and the warm scans share the process, so load hits them alike."""
+    code = (f"import time; t0 = time.perf_counter(); import caslake; {preload}\n"
             "imp = time.perf_counter() - t0\nts = []\n"
             "for _ in range(4):\n"
             "    t0 = time.perf_counter()\n"
@@ -102,8 +97,9 @@ def cold_scan(root: Path, version: int, preload: tuple[str, str], columns: list[
             f"version={version}).to_arrow()\n"
             "    ts.append(time.perf_counter() - t0)\n"
             "print(imp, ts[0], sorted(ts[1:])[1])")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=child_env(), check=True)
+                         env=env, check=True)
     imp, first, warm = (float(x) for x in res.stdout.strip().splitlines()[-1].split())
     return imp, first, warm
 

@@ -25,12 +25,8 @@ Each scan: the median of 5 warm runs in this process, the systems interleaved
 (each repetition runs every system in turn, so load changes hit them alike)
 after one untimed warm-up repetition,
 and a cold first scan in a fresh process per system, the median of 3 (the OS
-page cache is warm).  Before its clock starts, the fresh process imports the
-system's package, then pyarrow and pandas.  caslake, imported first, lets
-Arrow's allocator use huge pages (caslake.allocator); its full scan cold in a
-process that imported pyarrow first is reported too, and peers' processes get
-the environment the suite started with.  pandas: pyarrow imports pandas on its
-first conversion in any process that
+page cache is warm).  Before its clock starts, the fresh process imports the system's package
+and pandas: pyarrow imports pandas on its first conversion in any process that
 has it installed (Lance imports it at import time), about 0.3 s that is no
 system's own first-scan cost.  What else a first scan loads (``pyarrow.dataset``
 for ``pq.read_table``) is counted.  The range filter is structured where the
@@ -87,10 +83,6 @@ COLD = 3  # fresh processes per cold scan: one is too noisy for a 1.3x goal
 CHUNK = 1 << 20  # rows generated at a time (bounds the payload's scratch memory)
 SCANS = ("full", "selective")
 SQL_SCAN = "selective-sql"  # caslake only, cold only: the same scan, where as SQL text
-# caslake only, cold only: the full scan in a process that imported pyarrow before
-# caslake (Arrow's allocator then keeps 4 KiB pages: caslake.allocator).
-PA_FIRST_SCAN = "full-pyarrow-first"
-COLD_ONLY = {SQL_SCAN: "selective", PA_FIRST_SCAN: "full"}  # scan: the scan it repeats
 HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 
@@ -182,7 +174,7 @@ class Answers(Check):
 
 
 def scan_fn(system: System, scan: str, plan: Plan) -> Callable[[], pa.Table]:
-    if scan in ("full", PA_FIRST_SCAN):
+    if scan == "full":
         return lambda: system.read(FULL_COLUMNS)
     if scan == SQL_SCAN:  # caslake only: the predicate as SQL text
         assert isinstance(system, CaslakeSystem)
@@ -199,9 +191,7 @@ def cold_run(name: str, root: str, scan: str, n: int) -> None:
 
 
 def _cold(system: System, scan: str, n: int) -> tuple[float, dict[str, int]]:
-    first = ("pyarrow", "pandas", *type(system).IMPORTS) if scan == PA_FIRST_SCAN else (
-        *type(system).IMPORTS, "pyarrow", "pandas")
-    imports = "; ".join(f"import {m}" for m in first)
+    imports = "; ".join(f"import {m}" for m in ("pyarrow", "pandas", *type(system).IMPORTS))
     got = fresh_process(f"{imports}; import benchmarks.scans as b; "
                         f"b.cold_run({system.name!r}, {str(system.root)!r}, {scan!r}, {n})")
     return float(got["seconds"]), {k: int(v) for k, v in got["checksum"].items()}
@@ -287,9 +277,9 @@ def bench_peers(root: Path, data: pa.Table, names: Sequence[str], check: Answers
     if cold:  # COLD fresh processes per scan, the systems interleaved
         for _ in range(COLD):
             for name, system in systems.items():
-                for scan in (*SCANS, *COLD_ONLY) if name == "caslake" else SCANS:
+                for scan in (*SCANS, SQL_SCAN) if name == "caslake" else SCANS:
                     t, got = _cold(system, scan, plan.n)
-                    check.scan(f"{name} {scan} scan (cold)", COLD_ONLY.get(scan, scan), got)
+                    check.scan(f"{name} {scan} scan (cold)", scan.removesuffix("-sql"), got)
                     results[name].colds.setdefault(scan, []).append(t)
         for r in results.values():
             r.cold = {scan: statistics.median(ts) for scan, ts in r.colds.items()}
@@ -355,9 +345,6 @@ def print_report(n: int, results: dict[str, Result]) -> list[str]:
         c, w = ours.seconds(f"{SQL_SCAN} (cold)"), ours.seconds("selective (warm)")
         print(f"| {LABELS['selective']}, `where` as SQL text (sqlglot's import falls in the "
               f"first scan) | {c:.4f} | {w:.4f} | {c / w:.2f} | (for reference) | |")
-        c, w = ours.seconds(f"{PA_FIRST_SCAN} (cold)"), ours.seconds("full (warm)")
-        print(f"| {LABELS['full']}, pyarrow imported before caslake (4 KiB pages) | {c:.4f} "
-              f"| {w:.4f} | {c / w:.2f} | (for reference) | |")
     print("\n| system | version | data files |\n|---|---|---:|")
     for r in results.values():
         print(f"| {r.name} | {r.version} | {r.files if not r.error else 'FAILED'} |")

@@ -52,26 +52,14 @@ def set_cores(n: int) -> None:
     pools.set_threads(n)
 
 
-def child_env() -> dict[str, str]:
-    """The environment for a fresh process: this repository first on its path, and
-    ``MIMALLOC_ALLOW_LARGE_OS_PAGES`` dropped if ``import caslake`` put it here
-    (caslake.allocator), so a peer's process runs at its defaults and caslake's
-    sets it by importing caslake, as a user's process does."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO), os.environ.get("PYTHONPATH", "")]))
-    allocator = sys.modules.get("caslake.allocator")
-    if allocator is not None and allocator.SET_BY_CASLAKE:
-        env.pop(allocator.LARGE_PAGES, None)
-    return env
-
-
 def fresh_process(code: str, timeout: float = 1800) -> dict[str, Any]:
     """Run ``code`` in a new interpreter (this repository first on its path) and
     return the JSON object it printed last on a line of its own: how a cold run
-    reports (environment: :func:`child_env`).  A crash at interpreter exit, after
-    that line, is noted, not fatal."""
+    reports.  A crash at interpreter exit, after that line, is noted, not fatal."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO), os.environ.get("PYTHONPATH", "")]))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=child_env(), timeout=timeout, check=False)
+                         env=env, timeout=timeout, check=False)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
     last_err = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else ""
     if not lines:
