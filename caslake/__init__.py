@@ -4,9 +4,6 @@ Immutable Parquet data files and manifests, one compare-and-swap pointer
 (``_latest_manifest``), no catalog, no lock service.
 """
 
-# Before anything imports pyarrow: Arrow's allocator may use huge pages (see
-# caslake.allocator).  Sorted first, so it stays first.
-from caslake import allocator as _allocator  # noqa: F401
 from caslake.api import (
     CommitResult,
     HistoryEntry,

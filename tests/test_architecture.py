@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent / "caslake"
 # of layers below it, never of a layer above.  Longest prefix wins, so
 # ``caslake.spark.demo`` is placed apart from ``caslake.spark``.
 LAYERS: list[tuple[str, ...]] = [
-    ("caslake.errors", "caslake.allocator"),
+    ("caslake.errors",),
     ("caslake.store",),
     ("caslake.format",),
     ("caslake.expr",),
