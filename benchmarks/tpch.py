@@ -15,7 +15,9 @@ views cast to plain strings) in the same run, then, in order:
   (``l_orderkey IN (...)``);
 * **Q6 after RF2**.
 
-Scans are the median of 5 warm runs in this process, and separately a cold
+Each system runs its whole sequence in a process of its own (spawned), one
+system after another.  Scans are the median of 5 warm runs in that process, and
+separately a cold
 first run in a fresh process (table opened and scanned once after imports; the
 OS page cache is warm), the median of 3 such processes: single cold runs of one
 scan ranged over 1.1-1.5x of each other.  RF1/RF2 are timed once (they change
@@ -38,6 +40,7 @@ output says so.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -47,6 +50,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -530,29 +534,58 @@ def print_table(sf: float, nrows: int, results: dict[str, dict[str, Any]]) -> No
             print(f"- {n} FAILED: {results[n]['_error']}")
 
 
-def main(quick: bool = False, systems: list[str] | None = None) -> int:
-    sf = 0.1 if quick else float(os.environ.get("CASLAKE_TPCH_SF", "1"))
+def _inputs(sf: float) -> tuple[pa.Table, pa.Table, list[int]]:
+    """``lineitem`` at ``sf`` (plain strings), RF1's rows and RF2's order keys."""
     src = ensure_data(sf)
     data = _plain_strings(pq.read_table(src / "lineitem.parquet"))
     orders = pq.read_table(src / "orders.parquet", columns=["o_orderkey"])
     rf1, keys = refresh_sets(data, orders, sf)
+    return data, rf1, keys
+
+
+def _isolated(name: str, root: str, sf: float, want: dict[str, Any]
+              ) -> tuple[dict[str, Any], list[str]]:
+    """:func:`run_system` in a process of the system's own (see :func:`main`), on
+    inputs it makes itself (the same: ``refresh_sets`` is seeded); its results
+    and its wrong answers."""
+    data, rf1, keys = _inputs(sf)
+    check = Check()
+    try:
+        res = run_system(name, Path(root), data, rf1, keys, want, check)
+    except Exception as e:  # a broken peer reports instead of stopping the suite
+        traceback.print_exc()
+        res = {"_error": f"{type(e).__name__}: {e}"[:300]}
+    return res, check.failures
+
+
+def main(quick: bool = False, systems: list[str] | None = None) -> int:
+    """Every system's whole sequence in a process of its own, one after another:
+    in one shared process, a peer's scans (Lance's) left the next system's scans
+    with several times the kernel time and page faults (benchmarks.scans)."""
+    sf = 0.1 if quick else float(os.environ.get("CASLAKE_TPCH_SF", "1"))
+    data, rf1, keys = _inputs(sf)
     want = duckdb_answers(data, rf1, keys)
+    nrows, rf1_rows = data.num_rows, rf1.num_rows
+    del data, rf1
     check = Check()
     results: dict[str, dict[str, Any]] = {}
     root = Path(tempfile.mkdtemp(prefix="caslake-tpch-"))
+    spawn = multiprocessing.get_context("spawn")
     try:
         for name in systems or list(SYSTEMS):
             try:
-                results[name] = run_system(name, root / name, data, rf1, keys, want, check)
-            except Exception as e:  # a broken peer reports instead of stopping the suite
-                traceback.print_exc()
+                with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+                    results[name], failures = pool.submit(
+                        _isolated, name, str(root / name), sf, want).result()
+                check.failures.extend(failures)
+            except Exception as e:  # the process died (a crash in a peer's library)
                 results[name] = {"_error": f"{type(e).__name__}: {e}"[:300]}
             shutil.rmtree(root / name, ignore_errors=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print_table(sf, data.num_rows, results)
+    print_table(sf, nrows, results)
     missed = goals(results)
-    print(f"- RF1 inserts {rf1.num_rows:,} line items of {len(keys):,} new orders; RF2 deletes "
+    print(f"- RF1 inserts {rf1_rows:,} line items of {len(keys):,} new orders; RF2 deletes "
           f"the line items of {len(keys):,} orders")
     if missed:
         print("- goals missed: " + "; ".join(missed))
