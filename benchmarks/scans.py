@@ -24,7 +24,7 @@ from by rewriting them) gets the same Arrow table in **one append**, then a
 Each scan: the median of 5 warm runs, the systems interleaved (each repetition
 runs every system in turn, so load changes hit them alike) after one untimed
 warm-up repetition.  Each system's warm scans run in a process of its own,
-started once and driven over a pipe (:class:`ScanWorker`): in one shared process,
+started once and driven over a pipe (:class:`~benchmarks.timing.Worker`): in one shared process,
 a Lance scan tripled the kernel time and page faults of the caslake scan after
 it (47 against 7-14 ms, 6,165 against 400-1,000 faults), and the interleaved
 ratio of caslake to pyarrow moved from 0.84 with pyarrow alone to 0.99-1.39
@@ -57,10 +57,8 @@ Run: ``PYTHONPATH=$PWD python -m benchmarks.scans [--quick] [--rows=N]
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import multiprocessing
 import os
 import shutil
 import statistics
@@ -69,7 +67,6 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
@@ -77,7 +74,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from benchmarks.peers import SYSTEMS, CaslakeSystem, IdRange, Ran, System
-from benchmarks.timing import Check, failure, fresh_process, set_cores, timed, timed_cpu
+from benchmarks.timing import (
+    Check,
+    Worker,
+    failure,
+    fresh_process,
+    set_cores,
+    timed,
+    timed_cpu,
+)
 
 SCHEMA = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")),
                     ("user", pa.string()), ("amount", pa.float64()),
@@ -205,46 +210,16 @@ def _cold(system: System, scan: str, n: int) -> tuple[float, dict[str, int]]:
     return float(got["seconds"]), {k: int(v) for k, v in got["checksum"].items()}
 
 
-def _serve(conn: Connection, cls: type[System], root: str, n: int) -> None:
-    """A :class:`ScanWorker`'s process: runs the scans it is sent, one at a time,
-    and answers (True, (seconds, CPU seconds, checksum)) or (False, the error)."""
-    system, plan = cls(Path(root), defaults=True), Plan(n)
-    while (scan := conn.recv()) is not None:
-        try:
-            t, cpu, out = timed_cpu(scan_fn(system, scan, plan))
-            conn.send((True, (t, cpu, checksum(out))))
-            del out
-        except Exception as err:
-            conn.send((False, failure("warm scan", err)))
+class ScanServer:
+    """One system's warm scans, served from a :class:`~benchmarks.timing.Worker`."""
 
-
-class ScanWorker:
-    """One system's warm scans, in a process of its own (spawned: a fresh
-    interpreter that imports only this suite and the system's package), so no
-    other library's threads, allocator or memory churn share its process."""
-
-    def __init__(self, system: System, n: int) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, type(system), str(system.root), n),
-                                daemon=True)
-        self.proc.start()
-        child.close()
+    def __init__(self, cls: type[System], root: str, n: int) -> None:
+        self.system, self.plan = cls(Path(root), defaults=True), Plan(n)
 
     def scan(self, scan: str) -> tuple[float, float, dict[str, int]]:
-        self.conn.send(scan)
-        ok, got = self.conn.recv()
-        if not ok:
-            raise RuntimeError(got)
-        t, cpu, answer = got
-        return float(t), float(cpu), answer
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):  # it may have died already
-            self.conn.send(None)
-        self.proc.join(timeout=60)
-        if self.proc.is_alive():
-            self.proc.kill()
+        """(seconds, CPU seconds, checksum) of one scan."""
+        t, cpu, out = timed_cpu(scan_fn(self.system, scan, self.plan))
+        return t, cpu, checksum(out)
 
 
 @dataclass
@@ -306,16 +281,17 @@ def bench_peers(root: Path, data: pa.Table, names: Sequence[str], check: Answers
         print(f"  {name}: built, {status}, {time.perf_counter() - t0:.1f}s", flush=True)
     t0 = time.perf_counter()
     # Interleaved: every system in turn, each repetition, each in its own process
-    # (ScanWorker).  Repetition 0 warms up and is not timed: right after the
+    # (Worker).  Repetition 0 warms up and is not timed: right after the
     # builds, every system's first scan ran up to 2x slower than its later ones
     # (pyarrow's too).
-    workers = {name: ScanWorker(system, plan.n) for name, system in systems.items()}
+    workers = {name: Worker(ScanServer, type(system), str(system.root), plan.n)
+               for name, system in systems.items()}
     try:
         for rep in range(warm + 1):
             for name in list(workers):
                 try:
                     for scan in SCANS:
-                        t, cpu, got = workers[name].scan(scan)
+                        t, cpu, got = workers[name].call("scan", scan)
                         check.scan(f"{name} {scan} scan (warm)", scan, got)
                         if rep:
                             results[name].warm.setdefault(scan, []).append(t)

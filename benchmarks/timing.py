@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -11,6 +13,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +71,60 @@ def fresh_process(code: str, timeout: float = 1800) -> dict[str, Any]:
         print(f"note: a fresh process exited {res.returncode} after reporting: {last_err}")
     out: dict[str, Any] = json.loads(lines[-1])
     return out
+
+
+def _serve(conn: Connection, factory: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """A :class:`Worker`'s process: builds ``factory(*args)``, then runs the method
+    calls it is sent, one at a time, answering (True, result) or (False, error)."""
+    try:
+        obj = factory(*args)
+    except Exception as err:
+        conn.send((False, failure("setup", err)))
+        return
+    conn.send((True, None))
+    while (call := conn.recv()) is not None:
+        method, call_args = call
+        try:
+            conn.send((True, getattr(obj, method)(*call_args)))
+        except Exception as err:
+            conn.send((False, failure(method, err)))
+
+
+class Worker:
+    """An object in a process of its own: ``factory(*args)`` (picklable by
+    reference) built in a spawned interpreter, its methods called over a pipe.
+    A benchmark gives each system one, so no other library's threads, allocator
+    or memory churn share the process its timings are taken in, while the
+    parent still interleaves the systems run by run."""
+
+    def __init__(self, factory: Callable[..., Any], *args: Any) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child, factory, args), daemon=True)
+        self.proc.start()
+        child.close()
+        self._answer()
+
+    def _answer(self) -> Any:
+        try:
+            ok, got = self.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"the worker process died (exit {self.proc.exitcode})") from None
+        if not ok:
+            raise RuntimeError(got)
+        return got
+
+    def call(self, method: str, *args: Any) -> Any:
+        """``obj.method(*args)`` in the worker; its error as RuntimeError."""
+        self.conn.send((method, args))
+        return self._answer()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # it may have died already
+            self.conn.send(None)
+        self.proc.join(timeout=60)
+        if self.proc.is_alive():
+            self.proc.kill()
 
 
 def failure(phase: str, err: BaseException) -> str:

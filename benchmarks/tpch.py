@@ -15,9 +15,9 @@ views cast to plain strings) in the same run, then, in order:
   (``l_orderkey IN (...)``);
 * **Q6 after RF2**.
 
-Each system runs its whole sequence in a process of its own (spawned), one
-system after another.  Scans are the median of 5 warm runs in that process, and
-separately a cold
+Each system runs in a process of its own (spawned), the systems interleaved step
+by step and, for the scans, run by run.  Scans are the median of 5 warm runs in
+that process after an untimed one, and separately a cold
 first run in a fresh process (table opened and scanned once after imports; the
 OS page cache is warm), the median of 3 such processes: single cold runs of one
 scan ranged over 1.1-1.5x of each other.  RF1/RF2 are timed once (they change
@@ -40,7 +40,6 @@ output says so.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shutil
 import statistics
@@ -48,9 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -62,7 +59,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from benchmarks.timing import Check, fresh_process
+from benchmarks.timing import Check, Worker, fresh_process
 
 Q1_COLUMNS = ["l_quantity", "l_extendedprice", "l_discount", "l_tax", "l_returnflag",
               "l_linestatus", "l_shipdate"]
@@ -429,37 +426,44 @@ def duckdb_answers(base: pa.Table, rf1: pa.Table, rf2_keys: list[int]) -> dict[s
             "rows_after": int(one("SELECT count(*) FROM after")[0])}
 
 
-def run_system(name: str, root: Path, data: pa.Table, rf1: pa.Table, keys: list[int],
-               want: dict[str, Any], check: Check) -> dict[str, Any]:
-    system = SYSTEMS[name](root)
-    res: dict[str, Any] = {}
-    res["load"] = _seconds(lambda: system.load(data))
-    for op, label in (("q1", "Q1 columns"), ("q6", "Q6")):
-        res[f"{label} (cold)"] = _cold(name, root, op)
-        times = []
-        for _ in range(WARM):
-            t, out = _timed(_op(system, op))
-            times.append(t)
-        res[label] = statistics.median(times)
+class TpchServer:
+    """One system's steps on its own copy of the inputs, served from a
+    :class:`~benchmarks.timing.Worker`; every answer is checked here and the
+    wrong ones are returned by :meth:`failures`."""
+
+    def __init__(self, name: str, root: str, sf: float, want: dict[str, Any]) -> None:
+        self.name, self.root, self.want = name, Path(root), want
+        self.data, self.rf1_rows, self.keys = _inputs(sf)  # the same everywhere: seeded
+        self.system = SYSTEMS[name](self.root)
+        self.check = Check()
+
+    def load(self) -> float:
+        t = _seconds(lambda: self.system.load(self.data))
+        self.data = pa.table({})  # the system has it now
+        return t
+
+    def run(self, op: str, after: bool = False) -> float:
+        """One timed run of ``op`` (``q1`` or ``q6``; ``after``: RF1 and RF2 are
+        done), its answer checked against DuckDB's."""
+        t, out = _timed(_op(self.system, op))
         if op == "q1":
-            check.eq(f"{name} Q1 rows/sums", q1_check(out), want["q1"])
+            self.check.eq(f"{self.name} Q1 rows/sums", q1_check(out), self.want["q1"])
         else:
-            check.eq(f"{name} Q6 revenue", revenue(out), want["q6"])
-    res["RF1"] = _seconds(lambda: system.insert(rf1))
-    res["RF2"] = _seconds(lambda: system.delete_orders(keys))
-    res["Q6 after RF2 (cold)"] = _cold(name, root, "q6")
-    if name == "caslake":
-        res[SQL_ROW] = _cold(name, root, "q6-sql")
-    times = []
-    for _ in range(WARM):
-        t, out = _timed(system.q6)
-        times.append(t)
-    res["Q6 after RF2"] = statistics.median(times)
-    check.eq(f"{name} Q6 after RF2 revenue", revenue(out), want["q6_after"])
-    rows = system.scan(["l_orderkey"]).num_rows
-    check.eq(f"{name} rows after RF1+RF2", rows, want["rows_after"])
-    res["_note"] = system.q6_note
-    return res
+            self.check.eq(f"{self.name} Q6{' after RF2' if after else ''} revenue",
+                          revenue(out), self.want["q6_after" if after else "q6"])
+        return t
+
+    def rf1(self) -> float:
+        return _seconds(lambda: self.system.insert(self.rf1_rows))
+
+    def rf2(self) -> float:
+        return _seconds(lambda: self.system.delete_orders(self.keys))
+
+    def finish(self) -> tuple[str, list[str]]:
+        """Check the row count after RF1 and RF2; (Q6 note, wrong answers)."""
+        rows = self.system.scan(["l_orderkey"]).num_rows
+        self.check.eq(f"{self.name} rows after RF1+RF2", rows, self.want["rows_after"])
+        return self.system.q6_note, self.check.failures
 
 
 def refresh_sets(lineitem: pa.Table, orders: pa.Table, sf: float
@@ -543,25 +547,12 @@ def _inputs(sf: float) -> tuple[pa.Table, pa.Table, list[int]]:
     return data, rf1, keys
 
 
-def _isolated(name: str, root: str, sf: float, want: dict[str, Any]
-              ) -> tuple[dict[str, Any], list[str]]:
-    """:func:`run_system` in a process of the system's own (see :func:`main`), on
-    inputs it makes itself (the same: ``refresh_sets`` is seeded); its results
-    and its wrong answers."""
-    data, rf1, keys = _inputs(sf)
-    check = Check()
-    try:
-        res = run_system(name, Path(root), data, rf1, keys, want, check)
-    except Exception as e:  # a broken peer reports instead of stopping the suite
-        traceback.print_exc()
-        res = {"_error": f"{type(e).__name__}: {e}"[:300]}
-    return res, check.failures
-
-
 def main(quick: bool = False, systems: list[str] | None = None) -> int:
-    """Every system's whole sequence in a process of its own, one after another:
-    in one shared process, a peer's scans (Lance's) left the next system's scans
-    with several times the kernel time and page faults (benchmarks.scans)."""
+    """Each system in a process of its own (:class:`~benchmarks.timing.Worker`),
+    the systems interleaved step by step and, for scans, run by run: in one
+    shared process a peer's scans (Lance's) left the next system's scans with
+    several times the kernel time and page faults (benchmarks.scans), and run
+    one system after another, the machine's drift fell on the ratios."""
     sf = 0.1 if quick else float(os.environ.get("CASLAKE_TPCH_SF", "1"))
     data, rf1, keys = _inputs(sf)
     want = duckdb_answers(data, rf1, keys)
@@ -570,18 +561,67 @@ def main(quick: bool = False, systems: list[str] | None = None) -> int:
     check = Check()
     results: dict[str, dict[str, Any]] = {}
     root = Path(tempfile.mkdtemp(prefix="caslake-tpch-"))
-    spawn = multiprocessing.get_context("spawn")
+    workers: dict[str, Worker] = {}
+
+    def each(step: Callable[[str, Worker], None]) -> None:
+        """``step`` for every live system in turn; a failing system is reported
+        and dropped."""
+        for name in list(workers):
+            try:
+                step(name, workers[name])
+            except Exception as e:  # a broken peer reports instead of stopping the suite
+                results[name]["_error"] = f"{type(e).__name__}: {e}"[:300]
+                workers.pop(name).close()
+
     try:
         for name in systems or list(SYSTEMS):
+            results[name] = {}
             try:
-                with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
-                    results[name], failures = pool.submit(
-                        _isolated, name, str(root / name), sf, want).result()
-                check.failures.extend(failures)
-            except Exception as e:  # the process died (a crash in a peer's library)
-                results[name] = {"_error": f"{type(e).__name__}: {e}"[:300]}
-            shutil.rmtree(root / name, ignore_errors=True)
+                workers[name] = Worker(TpchServer, name, str(root / name), sf, want)
+            except Exception as e:
+                results[name]["_error"] = f"{type(e).__name__}: {e}"[:300]
+
+        def once(row: str, method: str) -> None:
+            def step(name: str, w: Worker) -> None:
+                results[name][row] = w.call(method)
+            each(step)
+
+        def cold(row: str, op: str, only: str | None = None) -> None:
+            def step(name: str, w: Worker) -> None:
+                if only in (None, name):
+                    results[name][row] = _cold(name, root / name, op)
+            each(step)
+
+        def warm(row: str, op: str, after: bool) -> None:
+            times: dict[str, list[float]] = {}
+            for rep in range(WARM + 1):  # repetition 0 warms up, untimed
+                def step(name: str, w: Worker, rep: int = rep) -> None:
+                    t = w.call("run", op, after)
+                    if rep:
+                        times.setdefault(name, []).append(t)
+                each(step)
+            for name, ts in times.items():
+                if name in workers:
+                    results[name][row] = statistics.median(ts)
+
+        once("load", "load")
+        for row, op in (("Q1 columns", "q1"), ("Q6", "q6")):
+            cold(f"{row} (cold)", op)
+            warm(row, op, after=False)
+        once("RF1", "rf1")
+        once("RF2", "rf2")
+        cold("Q6 after RF2 (cold)", "q6")
+        cold(SQL_ROW, "q6-sql", only="caslake")
+        warm("Q6 after RF2", "q6", after=True)
+
+        def finish(name: str, w: Worker) -> None:
+            results[name]["_note"], failures = w.call("finish")
+            check.failures.extend(failures)
+
+        each(finish)
     finally:
+        for w in workers.values():
+            w.close()
         shutil.rmtree(root, ignore_errors=True)
     print_table(sf, nrows, results)
     missed = goals(results)
