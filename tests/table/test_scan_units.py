@@ -112,3 +112,42 @@ def test_units_span_files_so_that_no_small_unit_runs_alone_at_the_end(
     assert len(units[-1]) == 2  # the last unit holds the end of one file and the other
     got = scan.to_arrow().column("id").to_numpy()
     assert np.array_equal(np.sort(got), np.arange(n[0] + n[1]))
+
+
+def test_matching_rows_decodes_units_on_the_scan_threads_and_yields_them_in_order(
+        tmp_path: Path, two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete's (and an export's) matching scan: the units are decoded on the
+    scan pool, more than one at a time (it read them one after another on the
+    caller's thread, one core for a delete whose predicate prunes nothing, such
+    as TPC-H RF2's key list), and are yielded in scan order with the right
+    positions.  The first unit waits until a second one has started: read one
+    after another, it would wait forever (the event's timeout fails the test)."""
+    monkeypatch.setattr(scan_mod, "MIN_UNIT_BYTES", 1)
+    n = 6 * 2048
+    t = caslake.create_table(str(tmp_path / "t"), SCHEMA,
+                             write_options=WriteOptions(row_group_size=2048))
+    t.append(pa.table({"id": np.arange(n), "payload": [b"x" * 50] * n}, schema=SCHEMA))
+    scan = t.scan(columns=["id"], where=caslake.col("id").isin(range(0, n, 3)))
+    units = list(scan._units())
+    assert len(units) > threads(), "the test needs more units than threads"
+    second_started = threading.Event()
+    read_unit = scan_mod.Scan._read_unit
+    first = (units[0][0][0].file.path, units[0][0][1])
+
+    def read(self: scan_mod.Scan, task: scan_mod.FileTask, groups: list[int],
+             **kw: bool) -> pa.Table:
+        if (task.file.path, groups) == first:
+            assert second_started.wait(timeout=10), "no second unit started"
+        else:
+            second_started.set()
+        return read_unit(self, task, groups, **kw)
+
+    monkeypatch.setattr(scan_mod.Scan, "_read_unit", read)
+    got = list(scan.matching_rows())
+    task0, rows0 = got[0]
+    assert (task0.file.path, rows0["__pos"][0].as_py()) == (first[0], 0)
+    ids = np.concatenate([rows.column("id").to_numpy() for _, rows in got])
+    pos = np.concatenate([rows.column("__pos").to_numpy() for _, rows in got])
+    want = np.arange(0, n, 3)
+    assert np.array_equal(ids, want)  # in scan order
+    assert np.array_equal(pos, want)  # one file: position == id
