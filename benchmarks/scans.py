@@ -24,12 +24,13 @@ from by rewriting them) gets the same Arrow table in **one append**, then a
 Each scan: the median of 5 warm runs, the systems interleaved (each repetition
 runs every system in turn, so load changes hit them alike) after one untimed
 warm-up repetition.  Each system's warm scans run in a process of its own,
-started once and driven over a pipe (:class:`~benchmarks.timing.Worker`): in one shared process,
-a Lance scan tripled the kernel time and page faults of the caslake scan after
-it (47 against 7-14 ms, 6,165 against 400-1,000 faults), and the interleaved
-ratio of caslake to pyarrow moved from 0.84 with pyarrow alone to 0.99-1.39
-with every peer loaded, while the same two scans, alone, stayed at 0.77-0.85;
-and a cold first scan in a fresh process per system, the median of 5 (the OS
+started once and driven over a pipe (:class:`~benchmarks.timing.Worker`).  In
+one shared process, a Lance scan tripled the kernel time and page faults of the
+caslake scan after it (47 against 7-14 ms, 6,165 against 400-1,000 faults), and
+the interleaved ratio of caslake to pyarrow moved from 0.84 with pyarrow alone
+to 0.99-1.39 with every peer loaded, while the same two scans, alone, stayed at
+0.77-0.85.  Each scan also gets a cold first run in a fresh process per system,
+the median of 5 (the OS
 page cache is warm).  Before its clock starts, the fresh process imports the system's package
 and pandas: pyarrow imports pandas on its first conversion in any process that
 has it installed (Lance imports it at import time), about 0.3 s that is no

@@ -69,7 +69,6 @@ Q6_SQL = ("l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' "
 LANCE_Q6_SQL = ("l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' AND "
                 "l_discount BETWEEN CAST(0.05 AS DECIMAL(15, 2)) AND CAST(0.07 AS DECIMAL(15, 2)) "
                 "AND l_quantity < CAST(24 AS DECIMAL(15, 2))")
-Q6_SHIPDATE_SQL = "l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01'"
 WARM = 5
 COLD = 3  # fresh processes per cold run
 DEC = pa.decimal128(15, 2)
@@ -102,15 +101,6 @@ def _plain_strings(table: pa.Table) -> pa.Table:
     fields = [pa.field(f.name, pa.string(), f.nullable) if pa.types.is_string_view(f.type)
               else f.remove_metadata() for f in table.schema]
     return table.cast(pa.schema(fields))
-
-
-def q6_rest(t: pa.Table) -> pa.Table:
-    """The non-shipdate part of Q6's predicate, exact on decimals (pyarrow compute)."""
-    d, q = t["l_discount"], t["l_quantity"]
-    keep = pc.and_(pc.and_(pc.greater_equal(d, pa.scalar(Decimal("0.05"), DEC)),
-                           pc.less_equal(d, pa.scalar(Decimal("0.07"), DEC))),
-                   pc.less(q, pa.scalar(Decimal("24"), DEC)))
-    return t.filter(keep)
 
 
 def q6_expr() -> Any:
@@ -429,7 +419,7 @@ def duckdb_answers(base: pa.Table, rf1: pa.Table, rf2_keys: list[int]) -> dict[s
 class TpchServer:
     """One system's steps on its own copy of the inputs, served from a
     :class:`~benchmarks.timing.Worker`; every answer is checked here and the
-    wrong ones are returned by :meth:`failures`."""
+    wrong ones are returned by :meth:`finish`."""
 
     def __init__(self, name: str, root: str, sf: float, want: dict[str, Any]) -> None:
         self.name, self.root, self.want = name, Path(root), want

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -69,7 +69,6 @@ UNITS_PER_THREAD = 2  # work units per scan thread, for balance
 
 #: A work unit: runs of row groups of one or more files, ``(task, row groups)`` in order.
 Unit = tuple[tuple["FileTask", list[int]], ...]
-_R = TypeVar("_R")  # what a scan reads from each work unit
 FOOTER_WINDOW = 16  # footers fetched ahead of a streaming scan
 #: Each data file's dictionary-only column chunks, by (path, footer CRC-32 from the
 #: manifest, which the footer was checked against; a file without one uses its
@@ -610,21 +609,14 @@ class Scan(ArrowExport):
         """Per segment of a work unit, in scan order: its file, and the projected
         live rows that match ``where`` with their file positions in a ``__pos``
         column.  Units are decoded on the scan pool, ``threads() + 1`` ahead."""
-        for segments in self._in_order(self._positioned, ahead=threads() + 1):
-            yield from segments
+        yield from self._in_order(threads() + 1, with_positions=True)
 
-    def _positioned(self, unit: Unit, column_threads: bool = True
-                    ) -> list[tuple[FileTask, pa.Table]]:
-        """Every segment of ``unit`` with its rows' file positions (see
-        :meth:`matching_rows`)."""
-        return [(task, self._read_unit(task, groups, with_positions=True,
+    def _read_segments(self, unit: Unit, column_threads: bool, with_positions: bool
+                       ) -> list[tuple[FileTask, pa.Table]]:
+        """Every segment of ``unit``, in order, with its rows (``column_threads``
+        and ``with_positions``: see :meth:`_read_unit`)."""
+        return [(task, self._read_unit(task, groups, with_positions=with_positions,
                                        column_threads=column_threads))
-                for task, groups in unit]
-
-    def _read_segments(self, unit: Unit, column_threads: bool = True) -> list[pa.Table]:
-        """The rows of every segment of ``unit``, in order (``column_threads``: see
-        :meth:`_read_unit`)."""
-        return [self._read_unit(task, groups, column_threads=column_threads)
                 for task, groups in unit]
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
@@ -635,25 +627,25 @@ class Scan(ArrowExport):
     def _stream(self, ahead: int | None) -> Iterator[pa.RecordBatch]:
         """The rows, unit by unit in order, at most ``ahead`` units decoded or
         queued ahead of the consumer (``None``: every unit at once)."""
-        for tables in self._in_order(self._read_segments, ahead):
-            for table in tables:
-                yield from table.to_batches()
+        for _, table in self._in_order(ahead, with_positions=False):
+            yield from table.to_batches()
 
-    def _in_order(self, read: Callable[[Unit, bool], _R], ahead: int | None) -> Iterator[_R]:
-        """``read(unit, column_threads)`` of every work unit, in scan order, run on
-        the scan pool with at most ``ahead`` units decoded or queued ahead of the
-        consumer (``None``: every unit at once)."""
+    def _in_order(self, ahead: int | None, with_positions: bool
+                  ) -> Iterator[tuple[FileTask, pa.Table]]:
+        """Every segment of every work unit with its rows, in scan order; the units
+        are read on the scan pool, at most ``ahead`` decoded or queued ahead of
+        the consumer (``None``: every unit at once)."""
         units = self._units()
         first = list(itertools.islice(units, max(2, threads())))
         if len(first) == 1:  # nothing to overlap: read inline, no thread hand-off
-            yield read(first[0], True)
+            yield from self._read_segments(first[0], True, with_positions)
             return
         # With a unit for every scan thread, each thread decodes its row group's
         # columns itself: handing them to pyarrow's pool as well (which the other
         # scan threads share) cost ~15% of a 2-core full scan in hand-offs.  With
         # fewer units than threads, pyarrow's threads decode columns in parallel.
         inner = len(first) < threads()
-        window: deque[Future[_R]] = deque()
+        window: deque[Future[list[tuple[FileTask, pa.Table]]]] = deque()
         pending = itertools.chain(first, units)
         # Units never wait on other units, so one process-wide pool cannot deadlock.
         pool = shared_pool("scan", threads())
@@ -663,12 +655,13 @@ class Scan(ArrowExport):
                     nxt = next(pending, None)
                     if nxt is None:
                         return
-                    window.append(pool.submit(read, nxt, inner))
+                    window.append(pool.submit(self._read_segments, nxt, inner,
+                                              with_positions))
             refill()
             while window:
-                result = window.popleft().result()
+                segments = window.popleft().result()
                 refill()
-                yield result
+                yield from segments
         finally:
             for f in window:  # an abandoned reader must not leave work running
                 f.cancel()
