@@ -28,6 +28,7 @@ types (binding did).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -51,7 +52,8 @@ Tri: TypeAlias = tuple[Bools, "Bools | None"]
 Fallback: TypeAlias = Callable[[Expr], Any]
 
 _MAX_DECIMAL_DIGITS: Final = 18  # every such value fits in an int64
-_FEW_VALUES: Final = 8  # IN lists up to this size: one == per value; longer: Arrow's is_in
+_FEW_VALUES: Final = 8  # IN lists up to this size: one == per value; longer: see _Evaluator.isin
+_ORDER_PROBE: Final = 1024  # rows checked for order first (an unsorted chunk shows it early)
 _NUMPY_OPS: Final[dict[str, Callable[..., Any]]] = {
     "=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
     ">": np.greater, ">=": np.greater_equal,
@@ -277,19 +279,18 @@ class _Evaluator:
 
     def isin(self, column: _Column, values: list[object]) -> Tri:
         if len(values) > _FEW_VALUES:
-            raise _Unsupported  # Arrow's hash lookup beats numpy on a long list
-        keys: list[Any] = []
-        for value in values:
-            q = _exact(value, column.type)
-            if isinstance(q, float):
-                keys.append(q)
-            else:
-                test = _integer_test("=", q, np.iinfo(column.dtype))
-                if not isinstance(test, bool):  # else no value can equal it
-                    keys.append(test[1])
-        if not keys:
+            # A long list (a key-list delete): a binary search per key when the
+            # column is in order (data sorted or clustered by that key), else
+            # Arrow's hash lookup, which beats numpy's ``isin``.
+            if column.dtype.kind not in "iu":
+                raise _Unsupported
+            holds = _sorted_isin(column, _keys(tuple(values), column.type, column.dtype))
+            if holds is None:
+                raise _Unsupported
+            return column.leaf(holds)
+        wanted = _keys(tuple(values), column.type, column.dtype)
+        if len(wanted) == 0:
             return column.constant(False)
-        wanted = np.array(keys, dtype=column.dtype)
 
         def found(values: npt.NDArray[Any], out: Bools) -> None:
             np.equal(values, wanted[0], out=out)
@@ -297,6 +298,60 @@ class _Evaluator:
                 out |= values == key
 
         return column.leaf(column.apply(found))
+
+
+@functools.lru_cache(maxsize=32)
+def _keys(values: tuple[object, ...], t: pa.DataType, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """The values of an IN list on the column's numpy domain (see :func:`_exact`),
+    sorted, without the ones no value of the column can equal; built once per
+    list, as a scan evaluates the list once per row group."""
+    keys: list[Any] = []
+    for value in values:
+        q = _exact(value, t)
+        if isinstance(q, float):
+            keys.append(q)
+        else:
+            test = _integer_test("=", q, np.iinfo(dtype))
+            if not isinstance(test, bool):  # else no value can equal it
+                keys.append(test[1])
+    wanted = np.unique(np.array(keys, dtype=dtype))
+    wanted.setflags(write=False)
+    return wanted
+
+
+def _sorted_isin(column: _Column, keys: npt.NDArray[Any]) -> Bools | None:
+    """Which rows of ``column`` equal one of ``keys`` (sorted, unique), found by
+    binary search of each key in each chunk: ``O(keys * log rows)`` instead of a
+    hash probe per row.  None if some chunk's non-NULL values are out of order."""
+    out = np.zeros(column.rows, np.bool_)
+    for start, values in column.parts:
+        n = len(values)
+        rows: npt.NDArray[Any] | None = None  # the chunk's non-NULL rows, if it has NULLs
+        if column.valid is not None and not column.valid[start:start + n].all():
+            rows = np.flatnonzero(column.valid[start:start + n])
+            values = values[rows]
+        if not _nondecreasing(values):
+            return None
+        lo = np.searchsorted(values, keys, "left")
+        hi = np.searchsorted(values, keys, "right")
+        hit = hi > lo
+        lo, hi = lo[hit], hi[hit]
+        if len(lo) == 0:
+            continue
+        # Every position in the disjoint runs [lo, hi), in one vectorised step.
+        lengths = hi - lo
+        ends = np.cumsum(lengths)
+        found = np.arange(int(ends[-1])) + np.repeat(lo - (ends - lengths), lengths)
+        out[start + (found if rows is None else rows[found])] = True
+    return out
+
+
+def _nondecreasing(values: npt.NDArray[Any]) -> bool:
+    """Whether ``values`` are in non-decreasing order."""
+    head = values[:_ORDER_PROBE + 1]
+    if not bool((head[1:] >= head[:-1]).all()):
+        return False
+    return bool((values[1:] >= values[:-1]).all())
 
 
 def _combine(is_and: bool, left: Tri, right: Tri) -> Tri:

@@ -210,6 +210,70 @@ def test_decimal_in_drops_values_no_row_can_equal() -> None:
     assert _raw(In(Column("d"), tuple(Literal(v) for v in values))) == want
 
 
+# --- long IN lists on sorted columns (key-list deletes) ---------------------------------------
+
+def _sorted_keys_table() -> pa.Table:
+    """Key-like columns in non-decreasing order within each chunk (repeats and
+    a leading NULL run included), cut into chunks that start at an offset."""
+    rng = np.random.default_rng(3)
+    keys = np.sort(rng.integers(-5_000, 5_000, 4_000))
+    table = pa.table({
+        "k": pa.array(keys),
+        "u": pa.array((keys + 5_000).astype(np.uint32)),
+        "d": pa.array([Decimal(int(k)).scaleb(-2) for k in keys], pa.decimal128(15, 2)),
+        "day": pa.array((keys + 9_000).astype(np.int32)).cast(pa.date32()),
+    })
+    nulls = pa.table({name: pa.nulls(5, table.schema.field(name).type)
+                      for name in table.column_names})
+    padded = pa.concat_tables([nulls, table]).combine_chunks()
+    return pa.concat_tables([padded.slice(a, b - a)
+                             for a, b in ((0, 3), (3, 1_700), (1_700, 1_701), (1_701, 4_005))])
+
+
+def _sorted_probe(node: Expr, table: pa.Table) -> list[bool | None]:
+    def refuse(leaf: Expr) -> Any:
+        raise AssertionError(f"a {type(leaf).__name__} leaf went to the fallback")
+    result: list[bool | None] = arrow_mask(evaluate(table, node, refuse),
+                                           table.num_rows).to_pylist()
+    return result
+
+
+@pytest.mark.parametrize(("name", "convert"), [
+    ("k", int), ("u", lambda k: k + 5_000), ("d", lambda k: Decimal(k).scaleb(-2)),
+    ("day", lambda k: (datetime(1970, 1, 1) + timedelta(days=k + 9_000)).date()),
+])
+def test_long_in_list_on_sorted_chunks_is_a_binary_search_equal_to_arrow(
+        name: str, convert: Any) -> None:
+    """A 1,500-value IN list (a key-list delete) on a column whose chunks are in
+    order is evaluated by binary search, never by the fallback, and equals
+    Arrow's kernels: repeated column values, keys absent from the data or
+    beyond its range, duplicate keys and NULL rows included."""
+    table = _sorted_keys_table()
+    rng = np.random.default_rng(4)
+    picked = [int(k) for k in rng.integers(-6_000, 6_000, 1_500)] + [-5_000, 4_999, 4_999]
+    values = [convert(k) for k in picked]
+    if name == "d":
+        values += [Decimal("0.005"), 10**30]  # between two cents; beyond int64
+    node = In(Column(name), tuple(Literal(v) for v in values))
+    got = _sorted_probe(node, table)
+    bound = bind(col(name).isin(values), table.schema)
+    assert got == _values(kernel_mask(table, bound), table.num_rows)
+    assert got.count(None) == 5 and got.count(True) > 100
+    assert _sorted_probe(Not(node), table) == [None if v is None else not v for v in got]
+
+
+def test_long_in_list_on_unsorted_values_still_equals_arrow() -> None:
+    """Out-of-order values (one swap deep in a chunk) take Arrow's hash lookup."""
+    keys = np.arange(-5_000, 5_000, dtype=np.int64)
+    keys[[3_000, 3_001]] = keys[[3_001, 3_000]]
+    table = pa.table({"k": pa.array(keys)})
+    values = list(range(-5_000, 5_000, 7))
+    bound = bind(col("k").isin(values), table.schema)
+    got = _values(predicate_mask(table, bound), table.num_rows)
+    assert got == _values(kernel_mask(table, bound), table.num_rows)
+    assert got.count(True) == len(values)
+
+
 # --- against DuckDB --------------------------------------------------------------------------
 
 
