@@ -599,7 +599,7 @@ class Scan(ArrowExport):
             table = _filter(table, predicate_mask(table, bound), keep)
         else:
             if keep is not None:
-                table = drop_deleted(table, keep)
+                table = drop_deleted(table, keep, lambda t: _expand(t, self._arrow_schema))
             if bound is not None:
                 table = filter_table(table, bound)
         return _expand(table.select([*self.columns, POSITION] if with_positions
@@ -694,13 +694,16 @@ def summary_matcher(bound: BoundExpr, *, schema: TableSchema) -> MightMatch:
     return check
 
 
-def drop_deleted(table: pa.Table, keep: np.ndarray) -> pa.Table:
+def drop_deleted(table: pa.Table, keep: np.ndarray,
+                 before_slicing: Callable[[pa.Table], pa.Table] | None = None) -> pa.Table:
     """The rows of ``table`` where ``keep`` is true, in order.
 
     Deletes that leave long runs of kept rows (a few rows, or contiguous
     ranges however long) are cut out as zero-copy slices of the decoded
     columns (no per-row work at all); the runs are counted, not the deleted
-    rows.  Scattered dense deletes go through one vectorised ``filter``."""
+    rows.  Scattered dense deletes go through one vectorised ``filter``.
+    ``before_slicing`` (e.g. dictionary expansion) runs on the whole table when
+    it is sliced, so once rather than once per slice."""
     dead = np.flatnonzero(~keep)
     if len(dead) == 0:
         return table
@@ -717,6 +720,8 @@ def drop_deleted(table: pa.Table, keep: np.ndarray) -> pa.Table:
     runs = list(zip(starts.tolist(), ends.tolist(), strict=True))
     if not runs:
         return table.slice(0, 0)
+    if before_slicing is not None:
+        table = before_slicing(table)
     return pa.concat_tables([table.slice(a, b - a) for a, b in runs])
 
 
