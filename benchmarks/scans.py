@@ -207,7 +207,8 @@ def cold_run(name: str, root: str, scan: str, n: int) -> None:
 def _cold(system: System, scan: str, n: int) -> tuple[float, dict[str, int]]:
     imports = "; ".join(f"import {m}" for m in ("pyarrow", "pandas", *type(system).IMPORTS))
     got = fresh_process(f"{imports}; import benchmarks.scans as b; "
-                        f"b.cold_run({system.name!r}, {str(system.root)!r}, {scan!r}, {n})")
+                        f"b.cold_run({system.name!r}, {str(system.root)!r}, {scan!r}, {n})",
+                        what=f"{system.name} {scan} scan")
     return float(got["seconds"]), {k: int(v) for k, v in got["checksum"].items()}
 
 

@@ -55,10 +55,11 @@ def set_cores(n: int) -> None:
     pools.set_threads(n)
 
 
-def fresh_process(code: str, timeout: float = 1800) -> dict[str, Any]:
+def fresh_process(code: str, timeout: float = 1800, what: str = "") -> dict[str, Any]:
     """Run ``code`` in a new interpreter (this repository first on its path) and
     return the JSON object it printed last on a line of its own: how a cold run
-    reports.  A crash at interpreter exit, after that line, is noted, not fatal."""
+    reports.  A crash at interpreter exit, after that line, is noted (naming
+    ``what`` ran), not fatal."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), os.environ.get("PYTHONPATH", "")]))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -68,7 +69,8 @@ def fresh_process(code: str, timeout: float = 1800) -> dict[str, Any]:
     if not lines:
         raise RuntimeError(f"fresh process failed (exit {res.returncode}): {last_err}")
     if res.returncode != 0:
-        print(f"note: a fresh process exited {res.returncode} after reporting: {last_err}")
+        print(f"note: a fresh process{f' ({what})' if what else ''} exited {res.returncode} "
+              f"after reporting: {last_err}")
     out: dict[str, Any] = json.loads(lines[-1])
     return out
 

@@ -388,7 +388,8 @@ def _cold(name: str, root: Path, op: str) -> float:
     code = ("import sys; import benchmarks.tpch as b; import pyarrow; "
             f"import {'caslake' if name == 'caslake' else 'pyarrow.parquet'}; "
             f"b.cold_run({name!r}, {str(root)!r}, {op!r})")
-    return statistics.median(float(fresh_process(code)["seconds"]) for _ in range(COLD))
+    return statistics.median(float(fresh_process(code, what=f"{name} {op}")["seconds"])
+                             for _ in range(COLD))
 
 
 def duckdb_answers(base: pa.Table, rf1: pa.Table, rf2_keys: list[int]) -> dict[str, Any]:
