@@ -41,7 +41,8 @@ pyiceberg's expression classes, caslake's ``col("id").between(lo, hi)``; Lance
 takes SQL text.  caslake's cold scan (b) with the ``where`` as SQL text is
 reported too: it counts sqlglot's import (~0.15 s), which a process pays once,
 on its first SQL string.
-Append and deletes are timed once, for reference.  Every result, warm and
+Append and deletes are timed once, for reference (caslake's delete with its
+expression API, like its scans: see :mod:`benchmarks.peers`).  Every result, warm and
 cold, is checked against DuckDB on the same Arrow data after the same deletes:
 row count, the exact cents sum of ``amount`` and the sum of the users'
 numbers.  A wrong answer makes :func:`main` print ``WRONG ANSWERS`` and return
