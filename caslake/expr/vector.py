@@ -16,9 +16,13 @@ value (TRUE, FALSE or NULL) as numpy booleans.
   floor, and one beyond the domain a constant.
 * Floats compare as IEEE (NaN is unordered: only ``!=`` holds), as Arrow's
   kernels do, and ``IN`` uses ``==`` so ``0.0`` and ``-0.0`` are one value.
-* Any other leaf (a string column, a wide decimal, an ``IN`` list longer than
-  a few values, a literal of an unexpected kind) is handed to the caller's
-  ``fallback`` (Arrow compute) and its result joins the rest in Kleene logic.
+* An ``IN`` list longer than a few values on integer-backed values is a
+  binary search of each value when every chunk's non-NULL values are in
+  order (data sorted by the column, as a key-list delete on a key often is).
+* Any other leaf (a string column, a wide decimal, a long ``IN`` list on
+  floats or on values out of order, a literal of an unexpected kind) is
+  handed to the caller's ``fallback`` (Arrow compute) and its result joins
+  the rest in Kleene logic.
 
 It never builds an Arrow value from Python objects (``pa.scalar``,
 ``pa.array`` of a list): pyarrow imports pandas on the first such conversion,
