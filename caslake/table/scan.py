@@ -595,11 +595,14 @@ class Scan(ArrowExport):
                 [np.arange(start, start + n, dtype=np.int64) for _, start, n in spans])))
         keep = mask.keep_mask(spans, table) if mask is not None else None
         bound = self._bound
+
+        def expand(t: pa.Table) -> pa.Table:
+            return _expand(t, self._arrow_schema)
         if bound is not None and not is_computed(bound):
-            table = _filter(table, predicate_mask(table, bound), keep)
+            table = _filter(table, predicate_mask(table, bound), keep, expand)
         else:
             if keep is not None:
-                table = drop_deleted(table, keep, lambda t: _expand(t, self._arrow_schema))
+                table = drop_deleted(table, keep, expand)
             if bound is not None:
                 table = filter_table(table, bound)
         return _expand(table.select([*self.columns, POSITION] if with_positions
@@ -725,13 +728,15 @@ def drop_deleted(table: pa.Table, keep: np.ndarray,
     return pa.concat_tables([table.slice(a, b - a) for a, b in runs])
 
 
-def _filter(table: pa.Table, matches: Any, keep: np.ndarray | None) -> pa.Table:
+def _filter(table: pa.Table, matches: Any, keep: np.ndarray | None,
+            before_slicing: Callable[[pa.Table], pa.Table]) -> pa.Table:
     """The rows of ``table`` where ``matches`` (a predicate's per-row value, or a
-    constant scalar) is TRUE and ``keep`` (None: all) is true, in order."""
+    constant scalar) is TRUE and ``keep`` (None: all) is true, in order
+    (``before_slicing``: see :func:`drop_deleted`)."""
     if isinstance(matches, pa.Scalar):
         if matches.as_py() is not True:
             return table.slice(0, 0)
-        return table if keep is None else drop_deleted(table, keep)
+        return table if keep is None else drop_deleted(table, keep, before_slicing)
     if keep is not None:
         matches = pc.and_(matches, _bool_array(keep))
     return table.filter(matches)
