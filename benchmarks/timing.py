@@ -75,6 +75,21 @@ def fresh_process(code: str, timeout: float = 1800, what: str = "") -> dict[str,
     return out
 
 
+def fresh_memory_seconds(nbytes: int, runs: int = 3) -> float:
+    """Median over ``runs`` fresh processes of the time to write ``nbytes`` of
+    memory just taken from pyarrow's default pool: the floor under any cold run
+    that returns that many bytes.  A fresh process faults in every new page (on
+    a VM the host may also back each page on its first touch); a warm process
+    reuses the pages its pool kept, so this cost falls on the cold run alone."""
+    code = ("import json, time, numpy as np, pyarrow as pa\n"
+            f"buf = pa.allocate_buffer({int(nbytes)})\n"
+            "t0 = time.perf_counter()\n"
+            "np.frombuffer(buf, np.uint8)[:] = 1\n"
+            "print(json.dumps({'seconds': time.perf_counter() - t0}))")
+    return statistics.median(float(fresh_process(code, what="fresh memory")["seconds"])
+                             for _ in range(runs))
+
+
 def _serve(conn: Connection, factory: Callable[..., Any], args: tuple[Any, ...]) -> None:
     """A :class:`Worker`'s process: builds ``factory(*args)``, then runs the method
     calls it is sent, one at a time, answering (True, result) or (False, error)."""
