@@ -84,6 +84,26 @@ class DeletionMask:
             keep = ~hit_np if keep is None else keep & ~hit_np
         return keep
 
+    def dead_rows(self, groups: Sequence[tuple[int, int, int]], table: pa.Table
+                  ) -> np.ndarray | None:
+        """The rows of ``table`` (the decoded rows of ``groups``, as for
+        :meth:`keep_mask`) that are deleted, as sorted int64 offsets; None if none.
+
+        Position records alone (the usual case) map straight to offsets, with no
+        per-row array: ~60 us a 273k-row group against ~420 us through a keep mask."""
+        if self.row_groups or self.key_ranges:
+            keep = self.keep_mask(groups, table)
+            return None if keep is None or keep.all() else np.flatnonzero(~keep)
+        parts, offset = [], 0
+        for _, start, n in groups:
+            dead = self.deleted_positions_in(start, n)
+            if len(dead):
+                parts.append(dead - (start - offset))
+            offset += n
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
     def _key_range_hits(self, table: pa.Table) -> Iterator[np.ndarray]:
         """Per key-range record: which rows of ``table`` it deletes."""
         for kr in self.key_ranges:

@@ -598,16 +598,16 @@ class Scan(ArrowExport):
         if with_positions:
             table = table.append_column(POSITION, _int64_array(np.concatenate(
                 [np.arange(start, start + n, dtype=np.int64) for _, start, n in spans])))
-        keep = mask.keep_mask(spans, table) if mask is not None else None
+        dead = mask.dead_rows(spans, table) if mask is not None else None
         bound = self._bound
 
         def expand(t: pa.Table) -> pa.Table:
             return _expand(t, self._arrow_schema)
         if bound is not None and not is_computed(bound):
-            table = _filter(table, predicate_mask(table, bound), keep, expand)
+            table = _filter(table, predicate_mask(table, bound), dead, expand)
         else:
-            if keep is not None:
-                table = drop_deleted(table, keep, expand)
+            if dead is not None:
+                table = drop_deleted(table, dead, expand)
             if bound is not None:
                 table = filter_table(table, bound)
         return _expand(table.select([*self.columns, POSITION] if with_positions
@@ -702,9 +702,9 @@ def summary_matcher(bound: BoundExpr, *, schema: TableSchema) -> MightMatch:
     return check
 
 
-def drop_deleted(table: pa.Table, keep: np.ndarray,
+def drop_deleted(table: pa.Table, dead: np.ndarray,
                  before_slicing: Callable[[pa.Table], pa.Table] | None = None) -> pa.Table:
-    """The rows of ``table`` where ``keep`` is true, in order.
+    """The rows of ``table`` but those at ``dead`` (sorted int64 offsets), in order.
 
     Deletes that leave long runs of kept rows (a few rows, or contiguous
     ranges however long) are cut out as zero-copy slices of the decoded
@@ -712,7 +712,6 @@ def drop_deleted(table: pa.Table, keep: np.ndarray,
     rows.  Scattered dense deletes go through one vectorised ``filter``.
     ``before_slicing`` (e.g. dictionary expansion) runs on the whole table when
     it is sliced, so once rather than once per slice."""
-    dead = np.flatnonzero(~keep)
     if len(dead) == 0:
         return table
     n = table.num_rows
@@ -724,7 +723,7 @@ def drop_deleted(table: pa.Table, keep: np.ndarray,
     if dead[0] > 0:
         starts, ends = np.append(0, starts), np.append(dead[0], ends)
     if len(starts) * SLICE_RUN_ROWS > n:
-        return table.filter(_bool_array(keep))
+        return table.filter(keep_bitmap(dead, n))
     runs = list(zip(starts.tolist(), ends.tolist(), strict=True))
     if not runs:
         return table.slice(0, 0)
@@ -737,18 +736,31 @@ def drop_deleted(table: pa.Table, keep: np.ndarray,
     return pa.concat_tables([table.slice(a, b - a) for a, b in runs])
 
 
-def _filter(table: pa.Table, matches: Any, keep: np.ndarray | None,
+def _filter(table: pa.Table, matches: Any, dead: np.ndarray | None,
             before_slicing: Callable[[pa.Table], pa.Table]) -> pa.Table:
     """The rows of ``table`` where ``matches`` (a predicate's per-row value, or a
-    constant scalar) is TRUE and ``keep`` (None: all) is true, in order
-    (``before_slicing``: see :func:`drop_deleted`)."""
+    constant scalar) is TRUE and that are not at ``dead`` (None: none), in
+    order (``before_slicing``: see :func:`drop_deleted`)."""
     if isinstance(matches, pa.Scalar):
         if matches.as_py() is not True:
             return table.slice(0, 0)
-        return table if keep is None else drop_deleted(table, keep, before_slicing)
-    if keep is not None:
-        matches = pc.and_(matches, _bool_array(keep))
+        return table if dead is None else drop_deleted(table, dead, before_slicing)
+    if dead is not None:
+        matches = pc.and_(matches, keep_bitmap(dead, table.num_rows))
     return table.filter(matches)
+
+
+def keep_bitmap(dead: np.ndarray, n: int) -> Any:
+    """A boolean Arrow array of ``n`` rows, false exactly at ``dead`` (sorted int64
+    offsets), built as a bitmap: per deleted row when they are few, else by
+    packing a per-row mask (``ufunc.at`` costs more per element than a pass)."""
+    if len(dead) * 64 > n:
+        keep = np.ones(n, dtype=bool)
+        keep[dead] = False
+        return _bool_array(keep)
+    bits = np.full((n + 7) // 8, 0xFF, dtype=np.uint8)
+    np.bitwise_and.at(bits, dead >> 3, ~np.left_shift(1, dead & 7).astype(np.uint8))
+    return pa.Array.from_buffers(pa.bool_(), n, [None, _buffer(bits)])
 
 
 def _bool_array(values: np.ndarray) -> Any:

@@ -12,6 +12,11 @@ import pytest
 from caslake.table.scan import SLICE_RUN_ROWS, drop_deleted
 
 
+def _dead(keep: np.ndarray) -> np.ndarray:
+    """The deleted offsets ``drop_deleted`` takes: where ``keep`` is false."""
+    return np.flatnonzero(~keep)
+
+
 @pytest.mark.parametrize("deleted", [0, 1, 3, 50, 5_000, 19_999, 20_000])
 def test_drop_deleted_equals_filter(deleted: int) -> None:
     n = 20_000
@@ -19,7 +24,7 @@ def test_drop_deleted_equals_filter(deleted: int) -> None:
     keep = np.ones(n, dtype=bool)
     keep[rng.choice(n, deleted, replace=False)] = False
     table = pa.table({"id": np.arange(n), "s": [str(i) for i in range(n)]})
-    got = drop_deleted(table, keep)
+    got = drop_deleted(table, _dead(keep))
     assert got.equals(table.filter(pa.array(keep)))
 
 
@@ -28,7 +33,7 @@ def test_edges_and_sparse_path_is_zero_copy() -> None:
     table = pa.table({"id": np.arange(n)})
     keep = np.ones(n, dtype=bool)
     keep[[0, n // 2, n - 1]] = False
-    got = drop_deleted(table, keep)
+    got = drop_deleted(table, _dead(keep))
     assert got["id"].to_pylist() == [i for i in range(n) if keep[i]]
     # the sparse path slices: every chunk shares the decoded buffer
     base = table["id"].chunk(0).buffers()[1].address
@@ -45,7 +50,7 @@ def test_a_deleted_range_is_sliced_out_whatever_its_length(runs: int) -> None:
     for r in range(runs):
         start = (2 * r + 1) * n // (2 * runs + 1)
         keep[start:start + n // 50] = False  # 2% of the rows each, contiguous
-    got = drop_deleted(table, keep)
+    got = drop_deleted(table, _dead(keep))
     assert got.equals(table.filter(pa.array(keep)))
     base = table["id"].chunk(0).buffers()[1].address
     assert all(c.buffers()[1].address == base for c in got["id"].chunks)
@@ -69,14 +74,14 @@ def test_dictionary_columns_expand_once_before_slicing() -> None:
         seen.append(t.column("flag").num_chunks)
         return _expand(t, plain)
 
-    got = drop_deleted(table, keep, expand)
+    got = drop_deleted(table, _dead(keep), expand)
     assert seen == [1]
     assert got.schema == plain
     assert got.column("flag").num_chunks == 9
     assert got.equals(_expand(table, plain).filter(pa.array(keep)))
     # Dense deletes are filtered as decoded (the indices, not the strings, are copied).
     keep[::3] = False
-    assert drop_deleted(table, keep, expand).equals(table.filter(pa.array(keep)))
+    assert drop_deleted(table, _dead(keep), expand).equals(table.filter(pa.array(keep)))
     assert seen == [1]
 
 
@@ -91,7 +96,7 @@ def test_rf2_sized_deletes_are_sliced_not_filtered() -> None:
     for start in rng.choice(n - 8, 70, replace=False):
         keep[start:start + 4] = False
     table = pa.table({"id": np.arange(n)})
-    got = drop_deleted(table, keep)
+    got = drop_deleted(table, _dead(keep))
     assert got.equals(table.filter(pa.array(keep)))
     base = table["id"].chunk(0).buffers()[1].address
     assert got["id"].num_chunks > 1
@@ -104,7 +109,7 @@ def test_scattered_dense_deletes_are_filtered_into_few_chunks() -> None:
     n = 100_000
     keep = np.random.default_rng(2).random(n) > 0.01
     table = pa.table({"id": np.arange(n)})
-    got = drop_deleted(table, keep)
+    got = drop_deleted(table, _dead(keep))
     assert got.equals(table.filter(pa.array(keep)))
     assert got["id"].num_chunks == 1
 
@@ -119,7 +124,7 @@ def test_sliced_result_is_the_same_from_one_chunk_or_several(pieces: int) -> Non
     table = pa.concat_tables([whole.slice(a, b - a) for a, b in itertools.pairwise(bounds)])
     keep = np.ones(n, dtype=bool)
     keep[[5, 6, n // 3, n // 2 + 1, n - 2]] = False
-    got = drop_deleted(table, keep)
+    got = drop_deleted(table, _dead(keep))
     assert got.schema == table.schema
     assert got.column("id").num_chunks > pieces
     assert got.equals(whole.filter(pa.array(keep)))
