@@ -251,3 +251,18 @@ def test_upsert_on_duplicate_rejects_unknown_choice(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="on_duplicate"):
         _keyed(tmp_path).upsert(pa.table({"a": [1], "b": ["x"], "v": [1]}), key="a",
                                 on_duplicate="any")
+
+
+def test_batches_in_another_column_order_are_matched_by_name() -> None:
+    """A conformer is built from one input schema; a later batch of the same
+    stream with its columns in another order is still matched by name."""
+    from caslake.table.coerce import SchemaConformer
+
+    table = pa.schema([pa.field("a", pa.int64(), nullable=False), ("b", pa.string())])
+    first = pa.record_batch({"b": ["x", "y"], "a": [1, 2]})
+    conform = SchemaConformer(table, first.schema)
+    assert conform(first).to_pydict() == {"a": [1, 2], "b": ["x", "y"]}
+    later = pa.record_batch({"a": [3], "b": ["z"]})
+    assert conform(later).to_pydict() == {"a": [3], "b": ["z"]}
+    with pytest.raises(SchemaMismatch, match="'a' is not nullable"):
+        conform(pa.record_batch({"b": ["w"], "a": pa.array([None], pa.int64())}))
