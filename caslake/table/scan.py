@@ -584,12 +584,14 @@ class Scan(ArrowExport):
         if table.num_rows != rows:
             raise CorruptMetadata(task.file.path, f"decoded {table.num_rows} rows where the "
                                   f"footer promises {rows}")
-        return self._finish(table, task.mask, [span], with_positions)
+        return self._finish(table, task.mask, [span], with_positions, task.file.path)
 
     def _finish(self, table: pa.Table, mask: DeletionMask | None,
-                spans: list[tuple[int, int, int]], with_positions: bool) -> pa.Table:
+                spans: list[tuple[int, int, int]], with_positions: bool, path: str
+                ) -> pa.Table:
         """Drop deleted rows, filter, project, and expand dictionary-decoded columns
-        to the table's types: ``table`` holds every row of ``spans``.
+        to the table's types: ``table`` holds every row of ``spans``, decoded
+        from data file ``path``.
 
         A simple predicate (columns against literals: it cannot fail on any
         value) and the deletion mask become one filter (a row is kept where the
@@ -602,7 +604,7 @@ class Scan(ArrowExport):
         bound = self._bound
 
         def expand(t: pa.Table) -> pa.Table:
-            return _expand(t, self._arrow_schema)
+            return _expand(t, self._arrow_schema, path)
         if bound is not None and not is_computed(bound):
             table = _filter(table, predicate_mask(table, bound), dead, expand)
         else:
@@ -611,7 +613,7 @@ class Scan(ArrowExport):
             if bound is not None:
                 table = filter_table(table, bound)
         return _expand(table.select([*self.columns, POSITION] if with_positions
-                                    else self.columns), self._arrow_schema)
+                                    else self.columns), self._arrow_schema, path)
 
     def matching_rows(self) -> Iterator[tuple[FileTask, pa.Table]]:
         """Per segment of a work unit, in scan order: its file, and the projected
@@ -805,14 +807,21 @@ def _dictionary_columns(task: FileTask, rg: int, chunks: frozenset[tuple[int, in
                  if name in task.dictionary and (rg, c) in chunks)
 
 
-def _expand(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` with its dictionary-decoded columns in the table's plain types."""
+def _expand(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
+    """``table`` with its dictionary-decoded columns in the table's plain types.
+
+    pyarrow does not check dictionary indices when it decodes to dictionaries;
+    one past its dictionary (a damaged page header, which page CRCs do not
+    cover) is CorruptMetadata naming data file ``path``."""
     for i, fld in enumerate(table.schema):
         if pa.types.is_dictionary(fld.type):
             to = schema.field(fld.name).type
-            column = pa.chunked_array([_expand_chunk(c, to) for c in table.column(i).chunks],
-                                      to)
-            table = table.set_column(i, fld.with_type(to), column)
+            try:
+                chunks = [_expand_chunk(c, to) for c in table.column(i).chunks]
+            except (IndexError, pa.ArrowInvalid) as e:
+                raise CorruptMetadata(path, f"column {fld.name!r} holds a dictionary index "
+                                      f"past its dictionary ({e})") from None
+            table = table.set_column(i, fld.with_type(to), pa.chunked_array(chunks, to))
     return table
 
 
@@ -836,8 +845,12 @@ def _expand_chunk(chunk: Any, to: pa.DataType) -> Any:
             (np.diff(bounds) != width).any()):
         return chunk.cast(to)
     fixed = _view(values.buffers()[2], f"V{width}", len(values), int(bounds[0]))
-    at = _view(indices.buffers()[1], "int32", n, chunk.offset * 4)
-    data = fixed.take(at, mode="clip")  # a NULL slot's index is arbitrary: stay in bounds
+    # Unsigned, so that a negative index is out of bounds too (NumPy would wrap it).
+    at = _view(indices.buffers()[1], "uint32", n, chunk.offset * 4)
+    try:
+        data = fixed.take(at)
+    except IndexError:  # a NULL slot's arbitrary index, or damage: Arrow tells which
+        return chunk.cast(to)
     offsets = _OFFSETS.get(width)
     if offsets is None or len(offsets) <= n:
         offsets = _OFFSETS[width] = np.arange(0, width * (2 * n + 1), width, dtype=np.int32)

@@ -72,13 +72,13 @@ def test_dictionary_columns_expand_once_before_slicing() -> None:
 
     def expand(t: pa.Table) -> pa.Table:
         seen.append(t.column("flag").num_chunks)
-        return _expand(t, plain)
+        return _expand(t, plain, "data/f.parquet")
 
     got = drop_deleted(table, _dead(keep), expand)
     assert seen == [1]
     assert got.schema == plain
     assert got.column("flag").num_chunks == 9
-    assert got.equals(_expand(table, plain).filter(pa.array(keep)))
+    assert got.equals(_expand(table, plain, "data/f.parquet").filter(pa.array(keep)))
     # Dense deletes are filtered as decoded (the indices, not the strings, are copied).
     keep[::3] = False
     assert drop_deleted(table, _dead(keep), expand).equals(table.filter(pa.array(keep)))

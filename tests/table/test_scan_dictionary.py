@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import caslake
+from caslake.errors import CorruptMetadata
 from caslake.format import parquet
 from caslake.format.parquet import FooterInfo, parse_footer
 from caslake.table import scan
@@ -204,6 +205,43 @@ def test_expanding_a_dictionary_chunk_equals_pyarrows_cast(values: list[str], nu
         got = scan._expand_chunk(part, to)
         got.validate(full=True)
         assert got.type == to and got.equals(part.cast(to))
+
+
+def _chunk(raw: list[int], valid: list[bool], values: list[str]) -> pa.DictionaryArray:
+    """A dictionary array as a damaged file can decode: indices unchecked."""
+    bits = pa.py_buffer(np.packbits(np.array(valid), bitorder="little"))
+    indices = pa.Array.from_buffers(pa.int32(), len(raw),
+                                    [bits, pa.py_buffer(np.array(raw, dtype=np.int32))])
+    return pa.DictionaryArray.from_buffers(pa.dictionary(pa.int32(), pa.string()), len(raw),
+                                           indices.buffers(), dictionary=pa.array(values))
+
+
+@pytest.mark.parametrize("offset", [0, 3])
+def test_a_null_slot_may_hold_any_index(offset: int) -> None:
+    """A decoder may leave any value in a NULL slot's index, even one past the
+    dictionary: the slot expands to NULL, and nothing is read out of bounds."""
+    n = 64
+    raw = [i % 2 for i in range(n)]
+    valid = [True] * n
+    for i in range(5, n, 7):
+        raw[i], valid[i] = 1_000_000, False
+    chunk = _chunk(raw, valid, ["A", "N"]).slice(offset)
+    got = scan._expand_chunk(chunk, pa.string())
+    got.validate(full=True)
+    assert got.to_pylist() == [None if not valid[i] else "AN"[i % 2] for i in range(offset, n)]
+
+
+# fixed finding (bit-flip fuzzing, seed 441982999): a flipped bit in a page header (which
+# page CRCs do not cover) decoded a flag column to indices past its dictionary; the
+# expansion raised a raw ArrowIndexError, and the NumPy fast path clipped such an index
+# to the last value: a wrong answer.
+@pytest.mark.parametrize("values", [["A", "N", "R"], []])
+def test_an_index_past_the_dictionary_is_corruption_naming_the_file(values: list[str]) -> None:
+    chunk = _chunk([0, 1, 7, 2][:4] if values else [0, 0], [True] * (4 if values else 2),
+                   values)
+    table = pa.table({"flag": chunk})
+    with pytest.raises(CorruptMetadata, match=r"data/part-1\.parquet"):
+        scan._expand(table, pa.schema([("flag", pa.string())]), "data/part-1.parquet")
 
 
 def test_a_scan_after_deletes_does_not_import_pandas(
