@@ -57,6 +57,7 @@ from caslake.expr.nodes import (
     referenced_columns,
 )
 from caslake.expr.prune import ColumnStats, might_match
+from caslake.expr.sql import parse_sql as _parse_sql
 
 __all__ = [
     "FALSE",
@@ -97,11 +98,8 @@ __all__ = [
 
 def parse_sql(text: str) -> Expr:
     """Parse SQL predicate text into an unbound :class:`Expr` (see
-    :func:`caslake.expr.sql.parse_sql`).  sqlglot is imported here, on the first
-    SQL string, never by ``import caslake`` (tests/test_import_cost.py)."""
-    from caslake.expr.sql import parse_sql as parse
-
-    return parse(text)
+    :func:`caslake.expr.sql.parse_sql`)."""
+    return _parse_sql(text)
 
 
 def compile_where(where: str | Expr | BoundExpr | None, schema: pa.Schema) -> BoundExpr | None:

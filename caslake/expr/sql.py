@@ -34,6 +34,10 @@ What is accepted (keywords are case-insensitive; precedence as in SQL)::
 A number with a decimal point is a DECIMAL literal (exact), one with an
 exponent a float, as in DuckDB.  Parsed trees are cached by text, so a
 predicate repeated across scans is parsed once.
+
+sqlglot and its DuckDB dialect load with this module, which ``import caslake``
+loads (~0.1 s): a process's first scan or delete with a SQL string does not
+pay them (``tests/test_import_cost.py``).
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ __all__ = ["MAX_NESTING", "parse_sql"]
 #: Deepest nesting accepted; deeper input is rejected (it is never
 #: hand-written and would otherwise exhaust the Python stack).
 MAX_NESTING: Final = 100
+#: Loaded now, not on the first parse (its first lookup imports its module).
+_DIALECT: Final = sqlglot.Dialect.get_or_raise("duckdb")
 _EXCERPT: Final = 24
 _MAX_TEXT: Final = 1_000_000
 
@@ -392,7 +398,7 @@ def _parse_cached(text: str) -> Expr:
     if not text.strip():
         raise _syntax_error(text, len(text), "the predicate is empty")
     try:
-        trees = sqlglot.parse(text, dialect="duckdb")
+        trees = sqlglot.parse(text, dialect=_DIALECT)
     except (ParseError, TokenError) as exc:
         raise _from_parse_error(text, exc) from None
     except RecursionError:

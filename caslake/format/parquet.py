@@ -40,12 +40,6 @@ import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile
-from caslake.format.parquet_thrift import (
-    decode_file_metadata,
-    footer_tail,
-    shift_row_group,
-)
-from caslake.format.parquet_thrift import parquet as thrift
 from caslake.format.stats import ColumnStats, JsonStats, value_to_json
 
 MAGIC = b"PAR1"
@@ -233,6 +227,8 @@ class FooterInfo:
         hint = read_dictionary_hint(self.metadata)
         if hint is not None:
             return hint
+        from caslake.format.parquet_thrift import decode_file_metadata
+
         return chunks_from_encoding_stats(
             decode_file_metadata(self.raw[:-TRAILER_SIZE], what=self.path))
 
@@ -331,6 +327,8 @@ class ParquetConcat:
 
     def _decoded_groups(self) -> list[Any]:
         """Every group added so far, decoded and moved to its offset in the file."""
+        from caslake.format.parquet_thrift import decode_file_metadata, shift_row_group
+
         for footer, offset, path in self._undecoded:
             fmd = decode_file_metadata(footer[:-TRAILER_SIZE], what=path)
             if len(fmd.row_groups) != 1:
@@ -361,6 +359,8 @@ class ParquetConcat:
             raise CorruptMetadata("parquet file", "a file needs at least one row group")
         if self._added == 1 and self._only_footer is not None:
             return self._only_footer
+        from caslake.format.parquet_thrift import footer_tail
+
         groups = self._decoded_groups()
         fmd = copy.copy(self._template)  # shallow: only the two fields below change
         fmd.row_groups = groups
@@ -390,6 +390,8 @@ def with_dictionary_hint(fmd: Any) -> None:
     """Set ``fmd``'s :data:`DICTIONARY_HINT_KEY` entry from its row groups (any
     earlier entry of that key is replaced; the list is a new one, so a shallow
     copy's template is not changed)."""
+    from caslake.format.parquet_thrift import parquet as thrift
+
     masks = [0] * len(fmd.row_groups or ())
     for rg, c in chunks_from_encoding_stats(fmd):
         masks[rg] |= 1 << c

@@ -23,7 +23,7 @@ import pytest
 
 import caslake
 from caslake.errors import CorruptMetadata
-from caslake.format import parquet
+from caslake.format import parquet, parquet_thrift
 from caslake.format.parquet import FooterInfo, parse_footer
 from caslake.table import scan
 from caslake.table.write import WriteOptions
@@ -181,8 +181,8 @@ def test_a_files_dictionary_chunks_are_found_once_per_process(
     def counting(data: bytes, *, what: str = "") -> object:
         decodes.append(what)
         return decode(data, what=what)
-    decode = parquet.decode_file_metadata
-    monkeypatch.setattr(parquet, "decode_file_metadata", counting)
+    decode = parquet_thrift.decode_file_metadata
+    monkeypatch.setattr(parquet_thrift, "decode_file_metadata", counting)
     scan._DICTIONARY_CHUNKS.clear()
     for _ in range(3):
         fresh = caslake.open_table(t.uri)
@@ -261,7 +261,7 @@ def test_a_scan_after_deletes_does_not_import_pandas(
 
 def _decoded_dictionary_chunks(footer: FooterInfo) -> frozenset[tuple[int, int]]:
     """The dictionary-only chunks as the Thrift page encoding statistics say."""
-    return parquet.chunks_from_encoding_stats(parquet.decode_file_metadata(
+    return parquet.chunks_from_encoding_stats(parquet_thrift.decode_file_metadata(
         footer.raw[:-parquet.TRAILER_SIZE], what="test"))
 
 
