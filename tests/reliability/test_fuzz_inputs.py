@@ -812,7 +812,9 @@ def test_damaged_data_file_is_a_typed_error_naming_it(tmp_path: Path, dirname: s
 # the case it was on is recorded as a crash, the file restored and the worker restarted
 # after that case.
 
-FLIP_CASES = 100
+# Cases per region: 100 in `make test`; `make stress` runs thousands (CASLAKE_FUZZ_FLIPS).
+FLIP_CASES = int(os.environ.get("CASLAKE_FUZZ_FLIPS", "100"))
+FLIP_TIMEOUT = max(600, FLIP_CASES // 5)  # seconds; a case takes ~20 ms, ~0.1 s loaded
 FLIP_SEED = int(os.environ.get("CASLAKE_FUZZ_SEED", random.randrange(1 << 30)))
 
 
@@ -870,7 +872,7 @@ def flip_campaign(root: Path, victim: str, raw: bytes, region: str, seed: int,
     while first < count:
         proc = subprocess.run([sys.executable, "-m", "tests.reliability.test_fuzz_inputs",
                                "flip", str(root), victim, region, str(seed), str(first),
-                               str(count)], capture_output=True, text=True, timeout=600,
+                               str(count)], capture_output=True, text=True, timeout=FLIP_TIMEOUT,
                               cwd=Path(__file__).resolve().parents[2])
         lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
         results.extend(x for x in lines if "verdict" in x)
@@ -902,7 +904,7 @@ def _flip_verdicts(region: str, results: list[dict[str, Any]]) -> list[str]:
     return bad
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(FLIP_TIMEOUT)
 @pytest.mark.parametrize("region", ["column chunk", "footer"])
 def test_bit_flips_never_escape_untyped(flip_table: tuple[Path, str, bytes],
                                         region: str) -> None:
@@ -913,6 +915,7 @@ def test_bit_flips_never_escape_untyped(flip_table: tuple[Path, str, bytes],
     results = flip_campaign(root, victim, raw, region.split()[0], FLIP_SEED, FLIP_CASES)
     assert len(results) == FLIP_CASES
     bad = _flip_verdicts(region, results)
+    print(f"{region}: {len(results)} flips, seed {FLIP_SEED}, {len(bad)} bad")
     assert not bad, f"seed {FLIP_SEED}: {bad[:3]}"
 
 
