@@ -57,7 +57,7 @@ from caslake.expr.nodes import (
     referenced_columns,
 )
 from caslake.expr.prune import ColumnStats, might_match
-from caslake.expr.sql import parse_sql as _parse_sql
+from caslake.expr.sql import parse_sql
 
 __all__ = [
     "FALSE",
@@ -94,12 +94,6 @@ __all__ = [
     "resolve_column",
     "to_arrow",
 ]
-
-
-def parse_sql(text: str) -> Expr:
-    """Parse SQL predicate text into an unbound :class:`Expr` (see
-    :func:`caslake.expr.sql.parse_sql`)."""
-    return _parse_sql(text)
 
 
 def compile_where(where: str | Expr | BoundExpr | None, schema: pa.Schema) -> BoundExpr | None:

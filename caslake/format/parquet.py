@@ -19,7 +19,10 @@ This module owns everything caslake knows about the inside of a Parquet file:
 
 Pure: nothing here performs I/O (callers fetch the bytes), and every defect of
 a file's bytes is :class:`~caslake.errors.CorruptMetadata` naming the file.
-The Thrift codec that purge needs to rewrite footers belongs here too.
+The Thrift codec that purge needs to rewrite footers belongs here too.  It is
+imported inside the functions that decode or encode Thrift, not at module load:
+a scan of caslake's own files never needs it, and thriftpy2's IDL parse costs
+~50 ms of ``import caslake`` (``tests/test_import_cost.py``).
 """
 
 from __future__ import annotations
