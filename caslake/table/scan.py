@@ -71,6 +71,11 @@ SLICE_RUN_ROWS = 1024
 UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (memory bound)
 MIN_UNIT_BYTES = 4 * 1024 * 1024  # below this, a unit's fixed cost outweighs the parallelism
 UNITS_PER_THREAD = 2  # work units per scan thread, for balance
+# A lone work unit's columns are decoded on pyarrow's threads from this many bytes of
+# column chunks (TPC-H SF1, one row group on 2 cores: 0.7-0.8 MB of 1-2 columns
+# decoded 0.3-1 ms faster inline, warm, and ~1 ms faster in a fresh process, where
+# the pool's threads start cold; 2-2.6 MB of 4-7 columns 1.5-4 ms faster threaded).
+COLUMN_THREADS_BYTES = 1024 * 1024
 
 #: A work unit: runs of row groups of one or more files, ``(task, row groups)`` in order.
 Unit = tuple[tuple["FileTask", list[int]], ...]
@@ -648,7 +653,11 @@ class Scan(ArrowExport):
         units = self._units()
         first = list(itertools.islice(units, max(2, threads())))
         if len(first) == 1:  # nothing to overlap: read inline, no thread hand-off
-            yield from self._read_segments(first[0], True, with_positions)
+            # pyarrow decodes the columns in parallel only if that pays for its
+            # hand-offs: it does not for a few row groups' worth of small chunks.
+            unit = first[0]
+            size = sum(t.footer.chunk_bytes(groups, t.column_indexes) for t, groups in unit)
+            yield from self._read_segments(unit, size >= COLUMN_THREADS_BYTES, with_positions)
             return
         # With a unit for every scan thread, each thread decodes its row group's
         # columns itself: handing them to pyarrow's pool as well (which the other

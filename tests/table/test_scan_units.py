@@ -151,3 +151,30 @@ def test_matching_rows_decodes_units_on_the_scan_threads_and_yields_them_in_orde
     want = np.arange(0, n, 3)
     assert np.array_equal(ids, want)  # in scan order
     assert np.array_equal(pos, want)  # one file: position == id
+
+
+@pytest.mark.parametrize(("rows", "threaded"), [(2_000, False), (200_000, True)])
+def test_a_lone_unit_decodes_its_columns_on_pyarrows_threads_only_when_large(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: int, threaded: bool) -> None:
+    """A scan of one work unit decodes inline; pyarrow's threads decode its columns
+    in parallel only from ``COLUMN_THREADS_BYTES`` of column chunks (below that,
+    the hand-offs cost more than they save)."""
+    rng = np.random.default_rng(2)
+    schema = pa.schema([("a", pa.int64()), ("b", pa.int64())])
+    t = caslake.create_table(str(tmp_path / "t"), schema)
+    t.append(pa.table({"a": rng.integers(0, 2**62, rows), "b": rng.integers(0, 2**62, rows)},
+                      schema=schema))
+    scan = t.scan(columns=["a", "b"])
+    units = list(scan._units())
+    assert len(units) == 1
+    size = sum(task.footer.chunk_bytes(g, task.column_indexes) for task, g in units[0])
+    assert (size >= scan_mod.COLUMN_THREADS_BYTES) is threaded
+    seen: list[bool] = []
+    read = scan_mod.pq.ParquetFile.read_row_group
+
+    def spy(self: object, *args: object, use_threads: bool = True, **kw: object) -> pa.Table:
+        seen.append(use_threads)
+        return read(self, *args, use_threads=use_threads, **kw)  # type: ignore[arg-type]
+    monkeypatch.setattr(scan_mod.pq.ParquetFile, "read_row_group", spy)
+    assert scan.to_arrow().num_rows == rows
+    assert seen and set(seen) == {threaded}
