@@ -72,9 +72,10 @@ UNIT_BYTES = 64 * 1024 * 1024  # bytes of column chunks fetched per work unit (m
 MIN_UNIT_BYTES = 4 * 1024 * 1024  # below this, a unit's fixed cost outweighs the parallelism
 UNITS_PER_THREAD = 2  # work units per scan thread, for balance
 # A lone work unit's columns are decoded on pyarrow's threads from this many bytes of
-# column chunks (TPC-H SF1, one row group on 2 cores: 0.7-0.8 MB of 1-2 columns
-# decoded 0.3-1 ms faster inline, warm, and ~1 ms faster in a fresh process, where
-# the pool's threads start cold; 2-2.6 MB of 4-7 columns 1.5-4 ms faster threaded).
+# column chunks.  One row group on 2 cores, warm, median of 15-21: 0.5 MB of 2
+# columns, 0.7 MB of 1 and 1.3 MB of 3 took 0.3-0.4 ms less inline, 0.8 MB of 2
+# 1.1 ms more, and 2.0-2.6 MB of 4-7 columns 1.6-4 ms more (Q1's: 17.1 against
+# 13.1 ms).  In a fresh process the 0.5 MB read took ~1 ms less inline.
 COLUMN_THREADS_BYTES = 1024 * 1024
 
 #: A work unit: runs of row groups of one or more files, ``(task, row groups)`` in order.
