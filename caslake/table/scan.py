@@ -657,8 +657,8 @@ class Scan(ArrowExport):
             # pyarrow decodes the columns in parallel only if that pays for its
             # hand-offs: it does not for a few row groups' worth of small chunks.
             unit = first[0]
-            size = sum(t.footer.chunk_bytes(groups, t.column_indexes) for t, groups in unit)
-            yield from self._read_segments(unit, size >= COLUMN_THREADS_BYTES, with_positions)
+            yield from self._read_segments(unit, unit_bytes(unit) >= COLUMN_THREADS_BYTES,
+                                           with_positions)
             return
         # With a unit for every scan thread, each thread decodes its row group's
         # columns itself: handing them to pyarrow's pool as well (which the other
@@ -699,6 +699,11 @@ class Scan(ArrowExport):
 
     def count(self) -> int:
         return sum(b.num_rows for b in self.to_batches())
+
+
+def unit_bytes(unit: Unit) -> int:
+    """Bytes of the column chunks a work unit reads."""
+    return sum(t.footer.chunk_bytes(groups, t.column_indexes) for t, groups in unit)
 
 
 def summary_matcher(bound: BoundExpr, *, schema: TableSchema) -> MightMatch:

@@ -167,8 +167,7 @@ def test_a_lone_unit_decodes_its_columns_on_pyarrows_threads_only_when_large(
     scan = t.scan(columns=["a", "b"])
     units = list(scan._units())
     assert len(units) == 1
-    size = sum(task.footer.chunk_bytes(g, task.column_indexes) for task, g in units[0])
-    assert (size >= scan_mod.COLUMN_THREADS_BYTES) is threaded
+    assert (scan_mod.unit_bytes(units[0]) >= scan_mod.COLUMN_THREADS_BYTES) is threaded
     seen: list[bool] = []
     read = scan_mod.pq.ParquetFile.read_row_group
 
