@@ -19,11 +19,11 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from caslake.errors import CorruptMetadata, NotFound
-from caslake.format.keys import external_key, split_external
+from caslake.format.keys import split_external
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.schema import TableSchema
 from caslake.format.stats import value_from_json
-from caslake.format.tombstone import KeyRange, Tombstone, parse_tombstone
+from caslake.format.tombstone import FileDeletes, KeyRange, Tombstone, parse_tombstone
 from caslake.store.base import ObjectStore
 from caslake.table.cache import LruCache
 from caslake.table.pools import fetch_all
@@ -159,6 +159,63 @@ def _fetch_tombstone(store: ObjectStore, ref: TombstoneRef) -> Tombstone:
     return parse_tombstone(res.data, ref.path)
 
 
+def _entries_as_keys_of_this_table(ref: TombstoneRef, tomb: Tombstone
+                                   ) -> dict[str, FileDeletes]:
+    """The tombstone's entry for each data file ``ref`` says it deletes from, by
+    this table's key of that file (format.md, "Clones").
+
+    A tombstone names data files by keys of the table that wrote it.  Our own
+    tombstone uses our keys.  A tombstone referenced as ``tombstone/x=<a>/...``
+    was written by the table ``a``: its own files are ``data/x=<a>/...`` here,
+    and its keys ``data/x=<b>/...`` (``a`` is itself a clone; any depth) name
+    files of a table that is under some other alias ``c`` here.  Aliases are
+    per table, so ``b`` -> ``c`` is learnt from the entries: a file's key inside
+    its owner (``data/<rest>``, a UUID name) is the same in both tables, and the
+    translation must be one consistent renaming (``b`` -> one ``c``, never ``a``,
+    and no two ``b`` -> the same ``c``); anything else is CorruptMetadata."""
+    alias, _ = split_external(ref.path)
+    if alias is None:
+        entries = {fd.path: fd for fd in tomb.files}
+        for path in ref.files:
+            if path not in entries:
+                raise _no_entry(ref, path)
+        return entries
+    by_inner: dict[str, list[tuple[str | None, FileDeletes]]] = {}
+    for fd in tomb.files:
+        theirs, inner = split_external(fd.path)
+        by_inner.setdefault(inner, []).append((theirs, fd))
+    renaming: dict[str, str] = {}  # the writer's alias -> ours
+    taken: dict[str, str] = {}  # ours -> the writer's
+    out: dict[str, FileDeletes] = {}
+    for path in sorted(ref.files):
+        ours, inner = split_external(path)
+
+        def fits(theirs: str | None, ours: str | None = ours) -> bool:
+            if theirs is None:  # the writer's own file: under the tombstone's alias here
+                return ours == alias
+            if ours is None or ours == alias:
+                return False
+            return renaming.get(theirs, ours) == ours and taken.get(ours, theirs) == theirs
+
+        found = [(theirs, fd) for theirs, fd in by_inner.get(inner, ()) if fits(theirs)]
+        if not found:
+            raise _no_entry(ref, path)
+        if len(found) > 1:
+            raise CorruptMetadata(ref.path, f"has several entries that could be data file "
+                                  f"{path!r}")
+        theirs, fd = found[0]
+        if theirs is not None and ours is not None:
+            renaming[theirs] = ours
+            taken[ours] = theirs
+        out[path] = fd
+    return out
+
+
+def _no_entry(ref: TombstoneRef, path: str) -> CorruptMetadata:
+    return CorruptMetadata(ref.path, f"has no entry for data file {path!r}, which the "
+                           "manifest says it deletes from")
+
+
 def load_masks(store: ObjectStore, cache: TombstoneCache, refs: Iterable[TombstoneRef],
                files: Mapping[str, DataFile], wanted: Iterable[str],
                schema: TableSchema, *, complete: bool = True) -> dict[str, DeletionMask]:
@@ -183,18 +240,11 @@ def load_masks(store: ObjectStore, cache: TombstoneCache, refs: Iterable[Tombsto
     by_id = schema.by_id()
     masks: dict[str, DeletionMask] = {}
     for ref, tomb in zip(relevant, tombs, strict=True):
-        # A tombstone of a cloned table names that table's data files; under this
-        # table they carry the same alias as the tombstone (format.md, "Clones").
-        alias, _ = split_external(ref.path)
-        entries = {(fd.path if alias is None else external_key(fd.path, alias)): fd
-                   for fd in tomb.files}
+        entries = _entries_as_keys_of_this_table(ref, tomb)
         for path in ref.files:
-            fd = entries.get(path)
-            if fd is None:
-                raise CorruptMetadata(ref.path, f"has no entry for data file {path!r}, "
-                                      "which the manifest says it deletes from")
             if path not in wanted_set:
                 continue
+            fd = entries[path]
             data_file = files[path]
             if fd.row_count != data_file.row_count:
                 raise CorruptMetadata(ref.path, f"says {path!r} has {fd.row_count} rows; "
