@@ -129,18 +129,24 @@ def _narrow_timestamps(arr: Any, name: str, dst: pa.DataType) -> Any:
     lossy = pc.not_equal(narrowed.cast(arr.type), arr)
     if pc.any(lossy).as_py():
         first = arr.filter(pc.fill_null(lossy, False))[0]
-        shown = pc.strftime(first, format="%Y-%m-%d %H:%M:%S").as_py()
         raise SchemaMismatch(
-            f"column {name!r}: {arr.type} value {shown}{_fraction(first, arr.type.unit)} "
+            f"column {name!r}: {arr.type} value {_timestamp_text(first)} "
             f"would lose precision as {dst} (round or truncate the data first)",
             column=name, expected=str(dst), actual=str(arr.type))
     return narrowed
 
 
-def _fraction(value: pa.TimestampScalar, unit: str) -> str:
-    digits = {"ms": 3, "us": 6, "ns": 9}[unit]
+def _timestamp_text(value: Any) -> str:
+    """``2020-01-01 00:00:00.000000001``: the whole seconds (in the value's zone), then
+    every digit of the fraction its unit has.  Arrow's ``%S`` already prints the
+    fraction for sub-second units, so the seconds are formatted at unit ``s``."""
+    unit, tz = value.type.unit, value.type.tz
+    digits = {"s": 0, "ms": 3, "us": 6, "ns": 9}[unit]
     raw = value.cast(pa.int64()).as_py()
-    return f".{raw % 10 ** digits:0{digits}d}"
+    seconds, fraction = divmod(raw, 10 ** digits)  # floor: right before 1970 too
+    whole = pc.strftime(pa.scalar(seconds, pa.timestamp("s", tz=tz)),
+                        format="%Y-%m-%d %H:%M:%S").as_py()
+    return f"{whole}.{fraction:0{digits}d}" if digits else str(whole)
 
 
 class SchemaConformer:
