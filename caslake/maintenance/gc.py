@@ -23,6 +23,12 @@ The rules (docs/protocol.md, "GC"):
   ``data/`` or ``tombstone/`` is deleted only if no retained version references
   it (its manifest, the segments it reads, its data files, its tombstones) and
   it was last modified before the cutoff.  The pointer is never deleted.
+* **What no listing shows.**  The store's staging files (the local store's
+  ``.caslake-tmp/``: a writer killed mid-append leaves its half-built data file
+  there) and unfinished multipart uploads anywhere under the table's prefix are
+  collected by the same rule: older than the cutoff (a staging file's mtime
+  moves with every write to it, so a live writer's is young) and behind the
+  same fence.  A staging file is checked again right before its unlink.
 * **Holds on sources.** A clone's gc then releases its hold on every table
   that nothing it retains references any more
   (:func:`caslake.table.clone.release_unused_holds`).
@@ -50,7 +56,7 @@ from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TO
 from caslake.format.manifest import SegmentRef
 from caslake.format.properties import retention_policy
 from caslake.format.refs import BRANCH_PREFIX, REFS_PREFIX, branch_key
-from caslake.store.base import ObjectMeta, ObjectStore
+from caslake.store.base import MultipartUpload, ObjectMeta, ObjectStore, StagedFile
 from caslake.table import refs
 from caslake.table.changes import Changes
 from caslake.table.clone import release_unused_holds
@@ -61,6 +67,7 @@ MIN_RETENTION = timedelta(hours=24)
 DEFAULT_RETENTION = timedelta(days=7)
 _PREFIXES = (MANIFEST_PREFIX, SEGMENT_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
 EXPIRE = "expire"  # the operation of GC's marker commit
+STAGING = "staging"  # GcReport.deleted's name for the store's staging files
 
 
 class ExtraRoots(Protocol):
@@ -91,7 +98,7 @@ class GcReport:
     deleted: dict[str, list[str]] = field(default_factory=dict)  # prefix -> keys
     bytes_deleted: int = 0
     kept_too_young: int = 0  # unreferenced, but modified after the cutoff
-    multipart_aborted: int = 0  # unfinished multipart uploads begun before the cutoff
+    multipart_aborted: int = 0  # unfinished uploads under the table begun before the cutoff
     lock_files_deleted: int = 0  # the store's unused lock files (local store only)
     holds_released: list[str] = field(default_factory=list)  # a clone's holds on its sources
 
@@ -190,6 +197,8 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
             referenced |= roots.keep
             prefixes += [p for p in roots.prefixes if p not in prefixes]
         doomed, young = _collectable(ctx.store, prefixes, referenced, cutoff, erased)
+        staged, young_staged = _stale_staged(ctx.store, cutoff)
+        aborts = _stale_uploads(ctx.store, cutoff)
         if dry_run:
             break
         # The fence: a commit of an operation that began before the newest object
@@ -200,10 +209,15 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
         fenced = min(h.manifest.collected_until_ms for _, h, _ in branches)
         # (Objects of erased versions are committed ones, no writer's pending upload.)
         uploads = [m for m in doomed if m.key not in erased]
-        want = max((_upload_bound(m) for m in uploads), default=0)
+        want = max([_upload_bound(m) for m in uploads]
+                   + [_bound(s.last_modified) for s in staged]
+                   + [_bound(u.initiated) for u in aborts], default=0)
         if committed:
             young += [m for m in uploads if _upload_bound(m) > fenced]
             doomed = [m for m in doomed if m.key in erased or _upload_bound(m) <= fenced]
+            young_staged += [s for s in staged if _bound(s.last_modified) > fenced]
+            staged = [s for s in staged if _bound(s.last_modified) <= fenced]
+            aborts = [u for u in aborts if _bound(u.initiated) <= fenced]
             break
         needs = [(name, bhead, oldest) for name, bhead, oldest in branches
                  if oldest > bhead.manifest.oldest_version
@@ -219,27 +233,26 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
     head, oldest, n_kept = own
     report = GcReport(dry_run=dry_run, cutoff=cutoff, head_version=head.version,
                       oldest_version=oldest, retained_versions=n_kept,
-                      kept_too_young=len(young))
+                      kept_too_young=len(young) + len(young_staged))
     for meta in doomed:
         prefix = next(p for p in prefixes if meta.key.startswith(p))
         report.deleted.setdefault(prefix.rstrip("/"), []).append(meta.key)
         report.bytes_deleted += meta.size
     if not dry_run:
         _delete_all(ctx, (m.key for m in doomed))
+        # Behind the fence: a staging file written to after it was listed is kept.
+        limit = datetime.fromtimestamp(fenced / 1000, UTC)
+        staged = [s for s in staged if ctx.store.delete_staged(s, not_after=limit)]
+        for upload in aborts:
+            ctx.store.abort_multipart_upload(upload)
         report.lock_files_deleted = ctx.store.collect_stale_locks()
+    for sf in staged:
+        report.deleted.setdefault(STAGING, []).append(sf.name)
+        report.bytes_deleted += sf.size
+    report.multipart_aborted = len(aborts)
     # A clone that references nothing of a source any more releases its hold there.
     report.holds_released = release_unused_holds(
         ctx.store, (s.manifest for s in retained), referenced, dry_run=dry_run)
-    # Unfinished multipart uploads (a purge that died mid-splice) are invisible to
-    # list() but billed: abort those begun before the cutoff.  An upload of unknown
-    # age is kept, as a young object is.
-    for prefix in _PREFIXES:
-        for upload in ctx.store.list_multipart_uploads(prefix):
-            if upload.initiated is None or upload.initiated >= cutoff:
-                continue
-            report.multipart_aborted += 1
-            if not dry_run:
-                ctx.store.abort_multipart_upload(upload)
     ctx.refresh()
     return report
 
@@ -302,11 +315,33 @@ def _collectable(store: ObjectStore, prefixes: Sequence[str], referenced: set[st
     return doomed, young
 
 
+def _stale_staged(store: ObjectStore, cutoff: datetime
+                  ) -> tuple[list[StagedFile], list[StagedFile]]:
+    """(staging files last written before the cutoff, younger ones: a live writer's)."""
+    old: list[StagedFile] = []
+    young: list[StagedFile] = []
+    for sf in store.list_staged():
+        fresh = sf.last_modified is None or sf.last_modified >= cutoff
+        (young if fresh else old).append(sf)
+    return old, young
+
+
+def _stale_uploads(store: ObjectStore, cutoff: datetime) -> list[MultipartUpload]:
+    """Unfinished multipart uploads anywhere under the table's prefix (not only caslake's
+    own prefixes: every one holds bytes) begun before the cutoff.  An upload of
+    unknown age is kept, as a young object is."""
+    return [u for u in store.list_multipart_uploads("")
+            if u.initiated is not None and u.initiated < cutoff]
+
+
 def _upload_bound(meta: ObjectMeta) -> int:
-    """The latest time (ms, the store's clock) at which ``meta`` can have been written.
-    Stores that keep whole seconds only (S3's Last-Modified) truncate: a timestamp
-    on a whole second may be up to 999 ms early."""
-    ts = meta.last_modified
+    return _bound(meta.last_modified)
+
+
+def _bound(ts: datetime | None) -> int:
+    """The latest time (ms, the store's clock) at which something stamped ``ts`` can
+    have been written.  Stores that keep whole seconds only (S3's Last-Modified)
+    truncate: a timestamp on a whole second may be up to 999 ms early."""
     if ts is None:
         return 0
     ms = int(ts.timestamp() * 1000)

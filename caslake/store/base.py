@@ -169,6 +169,17 @@ class MultipartUpload:
     initiated: datetime | None
 
 
+@dataclass(frozen=True)
+class StagedFile:
+    """A file a writer built in the store's hidden staging area before publishing it
+    (the local store's ``.caslake-tmp/``): invisible to :meth:`ObjectStore.list`, and
+    after a crash full of rows.  ``name`` is relative to the store root."""
+
+    name: str
+    size: int
+    last_modified: datetime | None
+
+
 def part_size(part: ComposePart) -> int:
     return part.size if isinstance(part, CopyFrom) else len(part)
 
@@ -289,6 +300,19 @@ class ObjectStore(ABC):
     def list_multipart_uploads(self, prefix: str = "") -> Sequence[MultipartUpload]:
         """Unfinished multipart uploads under ``prefix``; [] on stores without them."""
         return []
+
+    def list_staged(self) -> Sequence[StagedFile]:
+        """Files in the store's hidden staging area (writers' work in progress, or a
+        crashed writer's leftovers); [] on stores that stage nowhere under the root."""
+        return []
+
+    def delete_staged(self, staged: StagedFile, *, not_after: datetime | None = None
+                      ) -> bool:
+        """Delete one staging file, unless it was written to after ``not_after`` (checked
+        right before the unlink); return whether it was deleted.  Deleting a missing
+        file is not an error.  Never removes a published object."""
+        _ = staged, not_after
+        return False
 
     def abort_multipart_upload(self, upload: MultipartUpload) -> None:
         """Abort one unfinished upload, freeing its parts.  Aborting a finished or

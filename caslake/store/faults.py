@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from caslake.errors import CaslakeError, TransientStoreError
 from caslake.store.base import (
@@ -33,10 +34,12 @@ from caslake.store.base import (
     ObjectMeta,
     ObjectStore,
     PutMode,
+    StagedFile,
 )
 
 ALL_OPS = frozenset({"get", "get_ranges", "put", "head", "list", "delete", "compose",
-                     "list_multipart_uploads", "abort_multipart_upload"})
+                     "list_multipart_uploads", "abort_multipart_upload", "list_staged",
+                     "delete_staged"})
 
 
 class SimulatedCrash(BaseException):
@@ -176,6 +179,15 @@ class FaultyStore(ObjectStore):
     def abort_multipart_upload(self, upload: MultipartUpload) -> None:
         self._run("abort_multipart_upload", upload.key,
                   lambda: self.inner.abort_multipart_upload(upload))
+
+    def list_staged(self) -> Sequence[StagedFile]:
+        return self._run("list_staged", "",  # type: ignore[return-value]
+                         lambda: self.inner.list_staged())
+
+    def delete_staged(self, staged: StagedFile, *, not_after: datetime | None = None
+                      ) -> bool:
+        return self._run("delete_staged", staged.name,  # type: ignore[return-value]
+                         lambda: self.inner.delete_staged(staged, not_after=not_after))
 
     def local_path(self, key: str, *, etag: str | None = None) -> str | None:
         # Reads through a local path would bypass fault injection: force store reads.

@@ -22,7 +22,9 @@ threads *and* processes sharing one directory:
   place, only replaced).
 
 The hidden ``.caslake-*`` directories are skipped by ``list``.  Temp files
-left by a crashed writer are harmless and may be deleted when no writer runs.
+left by a crashed writer hold its rows: ``list_staged``/``delete_staged`` let gc
+collect them by its age-and-fence rule (a live writer's file is young: every
+write moves its mtime).
 Unlike S3, a key cannot be both an object and a prefix of other keys (``a``
 and ``a/b``): writing the second raises StoreError.
 """
@@ -68,6 +70,7 @@ from caslake.store.base import (
     ObjectMeta,
     ObjectStore,
     PutMode,
+    StagedFile,
     StoreCounters,
     check_compose_parts,
     normalize_etag,
@@ -434,6 +437,49 @@ class LocalStore(ObjectStore):
                                          f"{normalize_etag(etag)}", key=key)
         return str(path)
 
+    def list_staged(self) -> builtins.list[StagedFile]:
+        """Every regular file of ``.caslake-tmp/`` (see :meth:`ObjectStore.list_staged`)."""
+        self.counters.record(LIST)
+        try:
+            entries = list(os.scandir(self.root / TMP_DIR))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise _os_error(exc, f"cannot list {TMP_DIR!r}", None) from exc
+        out = []
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # published or discarded while we listed
+            if stat.S_ISREG(st.st_mode):
+                out.append(StagedFile(f"{TMP_DIR}/{entry.name}", st.st_size,
+                                      datetime.fromtimestamp(st.st_mtime_ns / 1e9, tz=UTC)))
+        return sorted(out, key=lambda s: s.name)
+
+    def delete_staged(self, staged: StagedFile, *, not_after: datetime | None = None
+                      ) -> bool:
+        head, _, name = staged.name.partition("/")
+        if head != TMP_DIR or not name or "/" in name or name in (".", ".."):
+            raise StoreError(f"{staged.name!r} is not a staging file of {self.uri}",
+                             key=None)
+        path = self.root / TMP_DIR / name
+        self.counters.record(DELETE)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                return False
+            # Whole milliseconds, as gc's fence counts them.
+            if (not_after is not None and
+                    st.st_mtime_ns // 1_000_000 > round(not_after.timestamp() * 1000)):
+                return False  # written to since it was listed: a writer is alive
+            os.unlink(path)
+        except FileNotFoundError:
+            return False  # published or discarded meanwhile
+        except OSError as exc:
+            raise _os_error(exc, f"cannot delete staging file {staged.name!r}", None) from exc
+        return True
+
     def staging_dir(self) -> str:
         tmp_dir = self.root / TMP_DIR
         tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -451,7 +497,12 @@ class LocalStore(ObjectStore):
         """Publish the staged file ``src`` at ``key`` create-only (a hard link), counting
         one ``kind`` request with ``uploaded`` bytes out (None: the file's size)."""
         dst = self._path(key)
-        fd = os.open(src, os.O_RDONLY)
+        try:
+            fd = os.open(src, os.O_RDONLY)
+        except FileNotFoundError:
+            raise StoreError(f"cannot write {key!r}: its staged file {src.name!r} is gone "
+                             f"from {self.uri} (gc collects staging files older than its "
+                             "retention: the write outlived it)", key=key) from None
         try:
             stamp = time.time_ns()
             os.utime(fd, ns=(stamp, stamp))

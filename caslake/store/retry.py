@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TypeVar
 
 from caslake.errors import (
@@ -42,7 +43,16 @@ from caslake.errors import (
     PutOutcomeUnknown,
     TransientStoreError,
 )
-from caslake.store.base import GetResult, IfMatch, Mode, ObjectMeta, ObjectStore, PutMode
+from caslake.store.base import (
+    GetResult,
+    IfMatch,
+    Mode,
+    MultipartUpload,
+    ObjectMeta,
+    ObjectStore,
+    PutMode,
+    StagedFile,
+)
 
 T = TypeVar("T")
 
@@ -189,3 +199,16 @@ class RetryingStore(ObjectStore):
 
     def staging_dir(self) -> str | None:
         return None  # staged files are read back and re-put, so any directory will do
+
+    def list_staged(self) -> Sequence[StagedFile]:
+        return self.retrier.call(lambda: self.inner.list_staged())
+
+    def delete_staged(self, staged: StagedFile, *, not_after: datetime | None = None
+                      ) -> bool:
+        return self.retrier.call(lambda: self.inner.delete_staged(staged, not_after=not_after))
+
+    def list_multipart_uploads(self, prefix: str = "") -> Sequence[MultipartUpload]:
+        return self.retrier.call(lambda: self.inner.list_multipart_uploads(prefix))
+
+    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
+        self.retrier.call(lambda: self.inner.abort_multipart_upload(upload))

@@ -9,10 +9,19 @@ never modify or delete an object of the table it was cloned from.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 
 from caslake.errors import InvalidArgument
 from caslake.format.keys import split_external
-from caslake.store.base import GetResult, Mode, ObjectMeta, ObjectStore, PutMode
+from caslake.store.base import (
+    GetResult,
+    Mode,
+    MultipartUpload,
+    ObjectMeta,
+    ObjectStore,
+    PutMode,
+    StagedFile,
+)
 
 
 class RoutingStore(ObjectStore):
@@ -70,3 +79,17 @@ class RoutingStore(ObjectStore):
 
     def staging_dir(self) -> str | None:
         return self.own.staging_dir()
+
+    # gc's leftovers (staging files, unfinished uploads) are the own store's only.
+    def list_staged(self) -> Sequence[StagedFile]:
+        return self.own.list_staged()
+
+    def delete_staged(self, staged: StagedFile, *, not_after: datetime | None = None
+                      ) -> bool:
+        return self.own.delete_staged(staged, not_after=not_after)
+
+    def list_multipart_uploads(self, prefix: str = "") -> Sequence[MultipartUpload]:
+        return self.own.list_multipart_uploads(prefix)
+
+    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
+        self.own.abort_multipart_upload(upload)
