@@ -103,6 +103,33 @@ class ExportUnsupportedType(UserInputError):
         self.target = target
 
 
+class ExportColumnsDiverged(ExportUnsupportedType):
+    """The Delta export cannot show ``column``: its live data files store it (or
+    another column under its name) under Parquet names no single Delta
+    ``physicalName`` can cover (a rename or drop-and-re-add after files were
+    written; Delta readers match columns by physical name, not field id).
+    ``files`` names some of them; nothing was written.  Rewrite those files
+    (``compact``) or export to Iceberg, which matches by field id."""
+
+    def __init__(self, message: str, *, column: str, type: str, files: list[str]) -> None:
+        super().__init__(message, column=column, type=type, target="Delta")
+        self.files = files
+
+
+class ExportOnCommitEnabled(UserInputError):
+    """``drop_export`` refused: the table property ``property`` (``export.iceberg`` or
+    ``export.delta``) would write the export again on the next commit; set it to
+    ``false`` first.  Nothing was deleted."""
+
+    def __init__(self, format: str, property: str) -> None:
+        super().__init__(f"cannot drop the {format} export: the table property "
+                         f"{property}=true writes it again on every commit; set "
+                         f"{property}=false first (caslake properties URI --set "
+                         f"{property}=false)")
+        self.format = format
+        self.property = property
+
+
 class UnknownColumn(InvalidPredicate):
     """A predicate or projection names a column the table does not have."""
 

@@ -5,11 +5,27 @@ Owns ``_delta_log/`` at the table root and the deletion-vector files under
 written create-only, which is Delta's own commit rule) holding the
 difference between the Delta table's current state and the caslake
 snapshot: ``add`` for new files (with statistics), ``remove`` for files gone,
-and a ``remove`` + ``add`` pair for a file whose deletes changed.  The first
-commit also carries ``protocol`` (reader 3 / writer 7, feature
-``deletionVectors``) and ``metaData``.  It never writes under ``data/``,
-``manifest/`` or ``tombstone/``; a crash before the commit object lands
-leaves the previous Delta version as it was.
+and a ``remove`` + ``add`` pair for a file whose deletes changed.  A commit
+carries ``protocol`` (reader 3 / writer 7, features ``deletionVectors`` and
+``columnMapping``, plus ``timestampNtz`` when needed) when the log's protocol
+lacks a feature, and ``metaData`` when the schema or its column mapping
+changed.  It never writes under ``data/``, ``manifest/`` or ``tombstone/``; a
+crash before the commit object lands leaves the previous Delta version as it
+was.
+
+Columns are matched by Delta column mapping, mode ``name``: each field carries
+caslake's field id and the Parquet name its data files store it under, and
+statistics are keyed by that physical name (:mod:`caslake.export.delta_columns`;
+a table whose files disagree is refused).  When the physical names change
+(and on the first export after one written without column mapping), every
+file is re-added (``dataChange: false``) with statistics under the new names.
+
+:func:`reset_delta` (the exports' erasure, ``purge(expire=True)``) writes one
+commit that re-adds the latest caslake version whole with fresh deletion
+vectors, a checkpoint at that commit and ``_last_checkpoint``, then deletes
+every older log entry, checkpoint and deletion-vector file: no object left
+describes an older version.  The log then starts at that checkpoint, which
+:func:`read_log` reads.
 
 Deletion vectors use the Delta protocol's on-disk format: a file starting
 with the version byte 1, then per vector a big-endian 4-byte size, the data
@@ -22,17 +38,28 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import re
 import struct
 import uuid
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyroaring import BitMap64
 
-from caslake.errors import AlreadyExists, CommitConflict, CorruptMetadata, InvalidArgument
+from caslake.errors import (
+    AlreadyExists,
+    CommitConflict,
+    CorruptMetadata,
+    InvalidArgument,
+    NotFound,
+)
+from caslake.export import delta_columns as cm
 from caslake.export.result import ExportResult, Writer
 from caslake.export.source import ExportSource, TableHandle, load_source
 from caslake.export.types import delta_schema, delta_stat, delta_type
@@ -40,19 +67,30 @@ from caslake.format.manifest import DataFile
 from caslake.store.base import ObjectStore
 
 LOG_PREFIX = "_delta_log/"
+LAST_CHECKPOINT_KEY = "_delta_log/_last_checkpoint"
 DV_PREFIX = "dv"
 DV_MAGIC = 1681511377
 DV_TAG = "caslake.deletes"  # add.tags: which tombstones the file's deletion vector reflects
 _COMMIT_RE = re.compile(r"^_delta_log/(\d{20})\.json$")
+_CHECKPOINT_RE = re.compile(r"^_delta_log/(\d{20})\.checkpoint\.parquet$")
 _B85 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _TO_Z85 = str.maketrans(_B85, _Z85)
 _FROM_Z85 = str.maketrans(_Z85, _B85)
 ATTEMPTS = 5
+READER_VERSION, WRITER_VERSION = 3, 7
+MODE_KEY = "delta.columnMapping.mode"
+MAX_ID_KEY = "delta.columnMapping.maxColumnId"
+ID_KEY = "delta.columnMapping.id"
+PHYSICAL_KEY = "delta.columnMapping.physicalName"
 
 
 def commit_key(version: int) -> str:
     return f"{LOG_PREFIX}{version:020d}.json"
+
+
+def checkpoint_key(version: int) -> str:
+    return f"{LOG_PREFIX}{version:020d}.checkpoint.parquet"
 
 
 def z85(data: bytes) -> str:
@@ -75,60 +113,220 @@ def serialize_dv(positions: BitMap64) -> bytes:
 
 @dataclass
 class DeltaState:
-    """The Delta table as its log says: the next version, live adds, and the last
-    caslake version exported (and every one exported, for time travel answers)."""
+    """The Delta table as its log says: the next version, live adds, the protocol
+    and metaData in force, and the last caslake version exported (and every one
+    exported, for time travel answers)."""
 
     next_version: int = 0
     adds: dict[str, dict[str, Any]] = field(default_factory=dict)
     schema: str | None = None
     exported: dict[int, int] = field(default_factory=dict)  # caslake version -> delta version
+    protocol: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    checkpoint: int | None = None  # the checkpoint replay started from
+
+    def apply(self, action: dict[str, Any], version: int) -> None:
+        if "add" in action:
+            self.adds[action["add"]["path"]] = action["add"]
+        elif "remove" in action:
+            self.adds.pop(action["remove"]["path"], None)
+        elif "metaData" in action:
+            self.metadata = action["metaData"]
+            self.schema = action["metaData"].get("schemaString")
+        elif "protocol" in action:
+            self.protocol = action["protocol"]
+        elif "commitInfo" in action and "caslakeVersion" in action["commitInfo"]:
+            self.exported[int(action["commitInfo"]["caslakeVersion"])] = version
+
+    def physical_names(self) -> dict[int, str]:
+        """Field id -> physical name of the metaData in force (empty without column
+        mapping)."""
+        if not self.metadata or not self.schema or \
+                (self.metadata.get("configuration") or {}).get(MODE_KEY) is None:
+            return {}
+        out = {}
+        for f in json.loads(self.schema).get("fields", []):
+            meta = f.get("metadata") or {}
+            if ID_KEY in meta and PHYSICAL_KEY in meta:
+                out[int(meta[ID_KEY])] = str(meta[PHYSICAL_KEY])
+        return out
+
+
+def _actions(store: ObjectStore, key: str) -> Iterable[dict[str, Any]]:
+    for line in store.get(key).data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except ValueError as e:
+            raise CorruptMetadata(key, f"not valid JSON lines ({e})") from None
 
 
 def read_log(store: ObjectStore) -> DeltaState:
-    keys = sorted(m.key for m in store.list(LOG_PREFIX) if _COMMIT_RE.match(m.key))
+    """Replay the log: from version 0, or from the newest checkpoint that the
+    commits after it continue without a gap (a log :func:`reset_delta` trimmed)."""
+    commits: dict[int, str] = {}
+    checkpoints: dict[int, str] = {}
+    for m in store.list(LOG_PREFIX):
+        if (c := _COMMIT_RE.match(m.key)):
+            commits[int(c.group(1))] = m.key
+        elif (c := _CHECKPOINT_RE.match(m.key)):
+            checkpoints[int(c.group(1))] = m.key
     state = DeltaState()
-    for expected, key in enumerate(keys):
-        version = int(_COMMIT_RE.match(key).group(1))  # type: ignore[union-attr]
-        if version != expected:
-            raise CorruptMetadata(key, f"Delta log has a gap: version {expected} is missing")
-        for line in store.get(key).data.splitlines():
-            if not line.strip():
-                continue
-            try:
-                action = json.loads(line)
-            except ValueError as e:
-                raise CorruptMetadata(key, f"not valid JSON lines ({e})") from None
-            if "add" in action:
-                state.adds[action["add"]["path"]] = action["add"]
-            elif "remove" in action:
-                state.adds.pop(action["remove"]["path"], None)
-            elif "metaData" in action:
-                state.schema = action["metaData"].get("schemaString")
-            elif "commitInfo" in action and "caslakeVersion" in action["commitInfo"]:
-                state.exported[int(action["commitInfo"]["caslakeVersion"])] = version
+    if not commits and not checkpoints:
+        return state
+    last = max([*commits, *checkpoints])
+    start = 0
+    for cp in sorted(checkpoints, reverse=True):
+        if all(v in commits for v in range(cp + 1, last + 1)):
+            start = cp
+            break
+    else:
+        if not checkpoints and min(commits) != 0:
+            raise CorruptMetadata(commit_key(0), "Delta log has a gap: version 0 is missing")
+    if start in checkpoints:
+        state.checkpoint = start
+        for action in read_checkpoint(store, checkpoints[start]):
+            state.apply(action, start)
+        if start in commits:  # its commitInfo names the caslake version
+            for action in _actions(store, commits[start]):
+                if "commitInfo" in action:
+                    state.apply(action, start)
+        state.next_version = start + 1
+        first = start + 1
+    else:
+        first = 0
+    for version in range(first, last + 1):
+        key = commits.get(version)
+        if key is None:
+            raise CorruptMetadata(commit_key(version),
+                                  f"Delta log has a gap: version {version} is missing")
+        for action in _actions(store, key):
+            state.apply(action, version)
         state.next_version = version + 1
     return state
+
+
+# --- checkpoints (written by reset_delta) -------------------------------------------
+
+_STR_MAP = pa.map_(pa.string(), pa.string())
+_DV_TYPE = pa.struct([("storageType", pa.string()), ("pathOrInlineDv", pa.string()),
+                      ("offset", pa.int32()), ("sizeInBytes", pa.int32()),
+                      ("cardinality", pa.int64())])
+_CHECKPOINT_SCHEMA = pa.schema([
+    ("txn", pa.struct([("appId", pa.string()), ("version", pa.int64()),
+                       ("lastUpdated", pa.int64())])),
+    ("add", pa.struct([("path", pa.string()), ("partitionValues", _STR_MAP),
+                       ("size", pa.int64()), ("modificationTime", pa.int64()),
+                       ("dataChange", pa.bool_()), ("stats", pa.string()),
+                       ("tags", _STR_MAP), ("deletionVector", _DV_TYPE)])),
+    ("remove", pa.struct([("path", pa.string()), ("deletionTimestamp", pa.int64()),
+                          ("dataChange", pa.bool_()), ("extendedFileMetadata", pa.bool_()),
+                          ("partitionValues", _STR_MAP), ("size", pa.int64()),
+                          ("deletionVector", _DV_TYPE)])),
+    ("metaData", pa.struct([("id", pa.string()), ("name", pa.string()),
+                            ("description", pa.string()),
+                            ("format", pa.struct([("provider", pa.string()),
+                                                  ("options", _STR_MAP)])),
+                            ("schemaString", pa.string()),
+                            ("partitionColumns", pa.list_(pa.string())),
+                            ("configuration", _STR_MAP), ("createdTime", pa.int64())])),
+    ("protocol", pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32()),
+                            ("readerFeatures", pa.list_(pa.string())),
+                            ("writerFeatures", pa.list_(pa.string()))])),
+])
+_MAP_FIELDS = ("partitionValues", "tags", "options", "configuration")
+
+
+def _to_row(value: Any, typ: pa.DataType) -> Any:
+    """An action as pyarrow's ``from_pylist`` takes it (maps as key/value pairs)."""
+    if value is None:
+        return None
+    if isinstance(typ, pa.MapType):
+        return list(value.items())
+    if pa.types.is_struct(typ):
+        return {typ.field(i).name: _to_row(value.get(typ.field(i).name), typ.field(i).type)
+                for i in range(typ.num_fields)}
+    return value
+
+
+def _from_row(value: Any, name: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _from_row(v, k) for k, v in value.items() if v is not None}
+    if name in _MAP_FIELDS and isinstance(value, list):
+        return dict(value)
+    return value
+
+
+def write_checkpoint(actions: list[dict[str, Any]]) -> bytes:
+    """A classic single-file Delta checkpoint: one row per action."""
+    rows = []
+    for a in actions:
+        ((kind, body),) = a.items()
+        row: dict[str, Any] = {f.name: None for f in _CHECKPOINT_SCHEMA}
+        row[kind] = _to_row(body, _CHECKPOINT_SCHEMA.field(kind).type)
+        rows.append(row)
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=_CHECKPOINT_SCHEMA), buf,
+                   compression="zstd")
+    return buf.getvalue()
+
+
+def read_checkpoint(store: ObjectStore, key: str) -> list[dict[str, Any]]:
+    try:
+        table = pq.read_table(io.BytesIO(store.get(key).data))
+    except NotFound:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as e:
+        raise CorruptMetadata(key, f"not a readable Delta checkpoint ({e})") from None
+    out = []
+    for row in table.to_pylist():
+        for kind in ("protocol", "metaData", "add", "remove", "txn"):
+            if row.get(kind) is not None:
+                out.append({kind: _from_row(row[kind])})
+    return out
+
+
+# --- the export ---------------------------------------------------------------------
 
 
 class DeltaExport:
     def __init__(self, source: ExportSource) -> None:
         self.src = source
         self.schema = source.snapshot.manifest.schema
-        self.schema_string = json.dumps(delta_schema(self.schema))  # refuses before writing
+        delta_schema(self.schema)  # refuses unmappable types before any read or write
         self.ntz = any(delta_type(f) == "timestamp_ntz" for f in self.schema.fields)
+        self.physical: dict[int, str] = {}
+        self.columns: dict[str, dict[int, str]] = {}
+
+    def plan(self, state: DeltaState) -> None:
+        """The physical names for ``state``'s next commit: each live file's Parquet
+        names (from the tag of its add, else its footer).  Raises ExportColumnsDiverged."""
+        table = self.src.table
+        for f in self.src.files():
+            if f.path in self.columns:
+                continue
+            old = state.adds.get(f.path)
+            cols = cm.decode_columns(((old or {}).get("tags") or {}).get(cm.COLUMNS_TAG))
+            self.columns[f.path] = cols if cols is not None else cm.file_columns(
+                table.store, table.footers, f, self.schema)
+        live = {f.path: self.columns[f.path] for f in self.src.files()}
+        self.physical = cm.physical_names(self.schema, live, state.physical_names())
 
     def _stats(self, f: DataFile, has_dv: bool) -> str:
         by_id = self.schema.by_id()
         mins, maxs, nulls = {}, {}, {}
+        stored = self.columns[f.path]
         for fid, s in f.stats.items():
             fld = by_id.get(fid)
-            if fld is None:
+            if fld is None or fid not in stored:
                 continue
+            name = self.physical[fid]
             if "nulls" in s:
-                nulls[fld.name] = s["nulls"]
+                nulls[name] = s["nulls"]
             lo, hi = delta_stat(s.get("min"), fld), delta_stat(s.get("max"), fld)
             if lo is not None and hi is not None:
-                mins[fld.name], maxs[fld.name] = lo, hi
+                mins[name], maxs[name] = lo, hi
         stats: dict[str, Any] = {"numRecords": f.row_count, "minValues": mins,
                                  "maxValues": maxs, "nullCount": nulls}
         if has_dv:
@@ -144,33 +342,47 @@ class DeltaExport:
         return {p: hashlib.sha256("\n".join(sorted(t)).encode()).hexdigest()[:32]
                 for p, t in names.items()}
 
-    def actions(self, state: DeltaState, writer: Writer) -> list[dict[str, Any]]:
+    def schema_string(self) -> str:
+        return json.dumps(delta_schema(self.schema, self.physical))
+
+    def actions(self, state: DeltaState, writer: Writer, *, restate: bool = False,
+                fresh: bool = False) -> list[dict[str, Any]]:
+        """``restate``: re-add unchanged files too (statistics under new physical
+        names); ``fresh``: also give every file with deletes a new deletion vector
+        (nothing of the old deletion-vector files stays referenced)."""
         m = self.src.snapshot.manifest
         now = m.created_at_ms
         tags = self._delete_tags()
         files = {f.path: f for f in self.src.files()}
         changed = [p for p in files
                    if p not in state.adds
-                   or (state.adds[p].get("tags") or {}).get(DV_TAG) != tags.get(p)]
+                   or (state.adds[p].get("tags") or {}).get(DV_TAG) != tags.get(p)
+                   or (fresh and p in tags)]
         dvs = self._write_dvs(self.src.deleted_positions(p for p in changed if p in tags),
                               writer)
+        moved = set(changed)
         out: list[dict[str, Any]] = []
         for path, old in state.adds.items():
-            if path not in files or path in changed:
+            if path not in files or path in moved:
                 remove: dict[str, Any] = {
                     "path": path, "deletionTimestamp": now, "dataChange": True,
                     "extendedFileMetadata": True, "partitionValues": {}, "size": old.get("size")}
                 if old.get("deletionVector"):
                     remove["deletionVector"] = old["deletionVector"]
                 out.append({"remove": remove})
-        for path in changed:
+        readd = [p for p in files if p not in moved] if restate else []
+        for path in [*changed, *readd]:
             f = files[path]
+            dv = dvs.get(path) if path in moved else state.adds[path].get("deletionVector")
+            file_tags = {cm.COLUMNS_TAG: cm.encode_columns(self.columns[path])}
+            if path in tags:
+                file_tags[DV_TAG] = tags[path]
             add: dict[str, Any] = {
                 "path": path, "partitionValues": {}, "size": f.size, "modificationTime": now,
-                "dataChange": True, "stats": self._stats(f, path in dvs),
-                "tags": {DV_TAG: tags[path]} if path in tags else {}}
-            if path in dvs:
-                add["deletionVector"] = dvs[path]
+                "dataChange": path in moved, "stats": self._stats(f, dv is not None),
+                "tags": file_tags}
+            if dv is not None:
+                add["deletionVector"] = dv
             out.append({"add": add})
         return out
 
@@ -191,27 +403,69 @@ class DeltaExport:
         writer.put(dv_key(encoded), bytes(body))
         return descriptors
 
-    def commit(self, state: DeltaState, writer: Writer) -> bytes:
+    def protocol(self, state: DeltaState) -> dict[str, Any] | None:
+        """The protocol action, when the log's lacks a feature this export needs
+        (features are never taken away)."""
+        need = ["deletionVectors", "columnMapping", *(["timestampNtz"] if self.ntz else [])]
+        old = state.protocol or {}
+        reader = list(old.get("readerFeatures") or [])
+        writer = list(old.get("writerFeatures") or [])
+        if state.protocol is not None and all(f in reader and f in writer for f in need) \
+                and old.get("minReaderVersion") == READER_VERSION \
+                and old.get("minWriterVersion") == WRITER_VERSION:
+            return None
+        return {"minReaderVersion": READER_VERSION, "minWriterVersion": WRITER_VERSION,
+                "readerFeatures": reader + [f for f in need if f not in reader],
+                "writerFeatures": writer + [f for f in need if f not in writer]}
+
+    def metadata(self, state: DeltaState) -> dict[str, Any]:
         m = self.src.snapshot.manifest
-        lines: list[dict[str, Any]] = [{"commitInfo": {
+        old_conf = (state.metadata or {}).get("configuration") or {}
+        max_id = max(self.schema.last_field_id, *self.physical, int(old_conf.get(MAX_ID_KEY, 0)))
+        return {
+            "id": str(uuid.UUID(hex=hashlib.sha256(m.table_id.encode()).hexdigest()[:32])),
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": self.schema_string(), "partitionColumns": [],
+            "configuration": {"delta.enableDeletionVectors": "true", MODE_KEY: cm.MODE,
+                              MAX_ID_KEY: str(max_id)},
+            "createdTime": m.created_at_ms}
+
+    def commit_info(self) -> dict[str, Any]:
+        m = self.src.snapshot.manifest
+        return {"commitInfo": {
             "timestamp": m.created_at_ms, "operation": "CASLAKE EXPORT",
             "operationParameters": {"caslakeVersion": str(m.version),
                                     "caslakeOperation": m.operation},
             "caslakeVersion": m.version, "caslakeCommitId": m.commit_id,
-            "engineInfo": "caslake", "isBlindAppend": False}}]
-        if state.next_version == 0:
-            features = ["deletionVectors", *(["timestampNtz"] if self.ntz else [])]
-            lines.append({"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
-                                       "readerFeatures": features, "writerFeatures": features}})
-        if state.schema != self.schema_string:
-            lines.append({"metaData": {
-                "id": str(uuid.UUID(hex=hashlib.sha256(m.table_id.encode()).hexdigest()[:32])),
-                "format": {"provider": "parquet", "options": {}},
-                "schemaString": self.schema_string, "partitionColumns": [],
-                "configuration": {"delta.enableDeletionVectors": "true"},
-                "createdTime": m.created_at_ms}})
-        lines.extend(self.actions(state, writer))
-        return b"".join(json.dumps(a, separators=(",", ":")).encode() + b"\n" for a in lines)
+            "engineInfo": "caslake", "isBlindAppend": False}}
+
+    def commit_actions(self, state: DeltaState, writer: Writer, *, fresh: bool = False
+                       ) -> list[dict[str, Any]]:
+        """Every action of the next commit (``fresh``: restate the whole table, for
+        a commit a checkpoint follows)."""
+        self.plan(state)
+        lines: list[dict[str, Any]] = [self.commit_info()]
+        protocol = self.protocol(state)
+        if protocol is not None or fresh:
+            lines.append({"protocol": protocol or state.protocol})
+        metadata = self.metadata(state)
+        old_conf = (state.metadata or {}).get("configuration") or {}
+        moved = state.physical_names() != {i: p for i, p in self.physical.items()
+                                           if i in state.physical_names()} \
+            or old_conf.get(MODE_KEY) != cm.MODE
+        if fresh or moved or state.schema != metadata["schemaString"] \
+                or old_conf != metadata["configuration"]:
+            lines.append({"metaData": metadata})
+        restate = fresh or (bool(state.adds) and moved)
+        lines.extend(self.actions(state, writer, restate=restate, fresh=fresh))
+        return lines
+
+    def commit(self, state: DeltaState, writer: Writer) -> bytes:
+        return encode(self.commit_actions(state, writer))
+
+
+def encode(actions: Iterable[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(a, separators=(",", ":")).encode() + b"\n" for a in actions)
 
 
 def export_delta(table: TableHandle, version: int | None = None) -> ExportResult:

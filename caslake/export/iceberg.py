@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata, InvalidArgument, NotFound
 from caslake.export import iceberg_avro as avro
+from caslake.export.delta_columns import file_columns
 from caslake.export.result import ExportResult, Writer
 from caslake.export.source import ExportSource, FileGroup, TableHandle, load_source
 from caslake.export.types import iceberg_bound, iceberg_schema
@@ -208,11 +209,16 @@ class IcebergExport:
             "sort_order_id": None, "referenced_data_file": None}
 
     def _column_sizes(self, files: list[DataFile]) -> list[dict[int, int]]:
-        ids = {f.name: f.id for f in self.schema.fields}
         table = self.src.table
+        fields = self.schema.by_id()
 
         def sizes(f: DataFile) -> dict[int, int]:
             md = table.footers.get(table.store, f).metadata
+            # by field id: after a rename or a drop and re-add, the file's column
+            # names are not the schema's
+            ids = {name: fid for fid, name in
+                   file_columns(table.store, table.footers, f, self.schema).items()
+                   if fid in fields}
             out: dict[int, int] = {}
             for rg in range(md.num_row_groups):
                 group = md.row_group(rg)

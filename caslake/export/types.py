@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -82,10 +83,20 @@ def iceberg_schema(schema: TableSchema) -> dict[str, Any]:
                         "type": iceberg_type(f)} for f in schema.fields]}
 
 
-def delta_schema(schema: TableSchema) -> dict[str, Any]:
-    """The Delta schemaString object.  Raises ExportUnsupportedType."""
+def delta_schema(schema: TableSchema, physical: Mapping[int, str] | None = None
+                 ) -> dict[str, Any]:
+    """The Delta schemaString object.  Raises ExportUnsupportedType.  With
+    ``physical`` (field id -> the Parquet column name the data files use), each
+    field carries column mapping's ``delta.columnMapping.id`` (caslake's field id)
+    and ``delta.columnMapping.physicalName``."""
+    def meta(f: Field) -> dict[str, Any]:
+        if physical is None:
+            return {}
+        return {"delta.columnMapping.id": f.id,
+                "delta.columnMapping.physicalName": physical[f.id]}
+
     return {"type": "struct", "fields": [
-        {"name": f.name, "type": delta_type(f), "nullable": f.nullable, "metadata": {}}
+        {"name": f.name, "type": delta_type(f), "nullable": f.nullable, "metadata": meta(f)}
         for f in schema.fields]}
 
 
