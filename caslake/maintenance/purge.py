@@ -161,6 +161,7 @@ def predicate_hmac(where: str | Expr, key: bytes) -> str:
 @dataclass
 class _FilePlan:
     file: DataFile
+    etag: str  # the ETag its footer was proven under (a copied table's differs)
     footer: Any  # thrift FileMetaData
     matched: BitMap  # positions matching the predicate (live or deleted)
     deleted: BitMap  # positions deleted by tombstones (key ranges resolved)
@@ -190,16 +191,20 @@ def _without_tombstones(snap: Snapshot) -> Snapshot:
     return Snapshot(replace(snap.manifest, tombstones=()), snap.key)
 
 
-def _read_footer(ctx: TableContext, f: DataFile) -> Any:
-    """The thrift footer of ``f``, from the footer cache the planning scan just filled
-    (no second GET); read under another ETag than the committed one (a copied or
-    replaced file) it is refused like any range read pinned to that ETag."""
+def _read_footer(ctx: TableContext, f: DataFile) -> tuple[Any, str]:
+    """The thrift footer of ``f`` and the ETag it was read under, from the footer cache
+    the planning scan just filled (no second GET).  The relocation rule of reads
+    (:mod:`caslake.table.footers`): an ETag other than the committed one (a copied
+    table) is accepted only once the footer's CRC-32, size and row counts proved the
+    content the committed one; every later read of the file is pinned to it, so a
+    file replaced since is refused there."""
     try:
         info = ctx.footers.get(ctx.store, f)
     except (PreconditionFailed, NotFound) as exc:
         raise _replaced(f.path, exc) from exc
-    if normalize_etag(info.etag) != normalize_etag(f.etag):
-        raise _replaced(f.path, f"ETag {info.etag}, committed {f.etag}")
+    if normalize_etag(info.etag) != normalize_etag(f.etag) and f.footer_crc32 is None:
+        raise _replaced(f.path, f"ETag {info.etag}, committed {f.etag}, and no footer "
+                                "CRC-32 to prove the content by")
     tail = info.raw
     length = footer_length(tail, what=f.path)
     if length + 8 != f.footer_size:
@@ -208,15 +213,16 @@ def _read_footer(ctx: TableContext, f: DataFile) -> Any:
     fmd = decode_file_metadata(tail[:-8], what=f.path)
     if fmd.num_rows != f.row_count or len(fmd.row_groups) != f.row_group_count:
         raise CorruptMetadata(f.path, "footer row counts differ from the manifest")
-    return fmd
+    return fmd, info.etag
 
 
-def _pinned_ranges(store: ObjectStore, f: DataFile, ranges: list[tuple[int, int]]
+def _pinned_ranges(store: ObjectStore, fp: _FilePlan, ranges: list[tuple[int, int]]
                    ) -> list[bytes]:
-    """Range reads pinned to the committed ETag; a replaced or vanished file is corrupt
-    table state, named, and never purged."""
+    """Range reads pinned to the ETag the footer was proven under; a replaced or
+    vanished file is corrupt table state, named, and never purged."""
+    f = fp.file
     try:
-        return store.get_ranges(f.path, ranges, etag=f.etag)
+        return store.get_ranges(f.path, ranges, etag=fp.etag)
     except (PreconditionFailed, NotFound) as exc:
         raise _replaced(f.path, exc) from exc
 
@@ -243,11 +249,11 @@ def _plan(ctx: TableContext, base: Snapshot, where: str | Expr) -> _Plan:
     plans: list[_FilePlan] = []
     for path, (task, positions) in sorted(found.items()):
         f = task.file
-        fmd = _read_footer(ctx, f)
+        fmd, etag = _read_footer(ctx, f)
         deleted = _all_deleted(ctx, bare, f, fmd, masks.get(path))
         starts = list(np.cumsum([0] + [int(rg.num_rows) for rg in fmd.row_groups]))
         touched = sorted({int(np.searchsorted(starts, p, side="right")) - 1 for p in positions})
-        plans.append(_FilePlan(f, fmd, BitMap(positions), deleted, touched))
+        plans.append(_FilePlan(f, etag, fmd, BitMap(positions), deleted, touched))
     purged = {p.file.path for p in plans}
     carried: dict[str, tuple[FileDeletes, int]] = {}
     for ref in base.manifest.tombstones:
@@ -292,7 +298,7 @@ def _build(ctx: TableContext, fp: _FilePlan, schema: TableSchema, *, dry_run: bo
     spans = [sp.row_group_span(fmd.row_groups[i]) for i in fp.touched]
     if not dry_run:
         store.prepare_compose()  # the S3 multipart client is set up meanwhile
-    datas = _pinned_ranges(store, f, spans) if not dry_run else [b""] * len(spans)
+    datas = _pinned_ranges(store, fp, spans) if not dry_run else [b""] * len(spans)
     replacements: dict[int, sp.EncodedGroup | None] = {}
     erased = 0
     for i, raw in zip(fp.touched, datas, strict=True):
@@ -310,7 +316,7 @@ def _build(ctx: TableContext, fp: _FilePlan, schema: TableSchema, *, dry_run: bo
                       None, None, 0)
     untouched = [i for i in range(len(rows)) if i not in replacements]
     aux_ranges = [r for i in untouched for r in sp.aux_ranges(fmd.row_groups[i])]
-    aux = dict(zip(aux_ranges, _pinned_ranges(store, f, aux_ranges), strict=True)
+    aux = dict(zip(aux_ranges, _pinned_ranges(store, fp, aux_ranges), strict=True)
                ) if aux_ranges else {}
     spliced = sp.splice_file(fmd, replacements, aux)
     deletes, hidden = _remap_deletes(fp, spliced, untouched)
@@ -319,7 +325,7 @@ def _build(ctx: TableContext, fp: _FilePlan, schema: TableSchema, *, dry_run: bo
         return _Built(fp, FilePurge(f.path, None, "drop", len(fp.touched),
                                     erased + spliced.num_rows, 0), None, None, 0)
     key = data_file_key()
-    strategy, etag, widened = _write(store, f, key, spliced)
+    strategy, etag, widened = _write(store, fp, key, spliced)
     new_file = _data_file(schema, key, etag, spliced)
     if deletes is not None:
         deletes = replace(deletes, path=key, row_count=spliced.num_rows)
@@ -359,7 +365,7 @@ def _remap_deletes(fp: _FilePlan, spliced: sp.SplicedFile, untouched: list[int]
     return FileDeletes("", 0, frozenset(groups), (), positions), hidden
 
 
-def _write(store: ObjectStore, f: DataFile, key: str, spliced: sp.SplicedFile
+def _write(store: ObjectStore, fp: _FilePlan, key: str, spliced: sp.SplicedFile
            ) -> tuple[str, str, int]:
     """Upload the new object; return (strategy, etag, widened bytes)."""
     parts = sp.plan_parts(spliced.pieces, min_part=store.min_part_size)
@@ -367,25 +373,25 @@ def _write(store: ObjectStore, f: DataFile, key: str, spliced: sp.SplicedFile
     if copies:
         widened = sum(p.widened_bytes for p in parts if isinstance(p, sp.UploadPart))
         try:
-            etag = store.compose(key, _compose_parts(store, f, parts))
+            etag = store.compose(key, _compose_parts(store, fp, parts))
             return (SPLICE_WIDENED if widened else SPLICE), etag, widened
         except StoreCapabilityUnsupported:
             pass  # an endpoint without UploadPartCopy: upload the whole object
     ranges = [(p.start, p.end) for p in spliced.pieces if isinstance(p, sp.SourceRange)]
-    source = dict(zip(ranges, _pinned_ranges(store, f, ranges), strict=True))
+    source = dict(zip(ranges, _pinned_ranges(store, fp, ranges), strict=True))
     etag = store.put(key, sp.assemble(spliced.pieces, source), mode=PutMode.CREATE)
     return REWRITE, etag, 0
 
 
-def _compose_parts(store: ObjectStore, f: DataFile, parts: list[sp.Part]
+def _compose_parts(store: ObjectStore, fp: _FilePlan, parts: list[sp.Part]
                    ) -> list[ComposePart]:
     out: list[ComposePart] = []
     for part in parts:
         if isinstance(part, sp.SourceRange):
-            out.append(CopyFrom(f.path, part.start, part.end, f.etag))
+            out.append(CopyFrom(fp.file.path, part.start, part.end, fp.etag))
             continue
         ranges = [(s.start, s.end) for s in part.segments if isinstance(s, sp.SourceRange)]
-        fetched = dict(zip(ranges, _pinned_ranges(store, f, ranges), strict=True)
+        fetched = dict(zip(ranges, _pinned_ranges(store, fp, ranges), strict=True)
                        ) if ranges else {}
         out.append(sp.assemble(part.segments, fetched))
     return out
@@ -432,6 +438,10 @@ def _files_holding(ctx: TableContext, head: Snapshot, where: str | Expr) -> set[
         except InvalidPredicate:
             holding.update(f.path for f in files)
             continue
+        except (PreconditionFailed, NotFound) as exc:
+            if exc.key not in {f.path for f in files}:
+                raise
+            raise _replaced(exc.key, exc) from exc
         holding.update(found)
     return holding
 

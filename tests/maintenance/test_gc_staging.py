@@ -117,7 +117,7 @@ def test_a_live_writers_fresh_staging_file_is_never_deleted(tmp_path: Path) -> N
     def run() -> None:
         try:
             outcome.append(w.append(pa.RecordBatchReader.from_batches(SCHEMA, batches())))
-        except BaseException as exc:  # noqa: BLE001 (reported below)
+        except BaseException as exc:  # reported below
             outcome.append(exc)
 
     th = threading.Thread(target=run)
@@ -156,7 +156,7 @@ def test_a_stalled_writer_whose_staging_file_gc_collected_is_refused(tmp_path: P
     def run() -> None:
         try:
             outcome.append(w.append(pa.RecordBatchReader.from_batches(SCHEMA, batches())))
-        except BaseException as exc:  # noqa: BLE001 (checked below)
+        except BaseException as exc:  # checked below
             outcome.append(exc)
 
     th = threading.Thread(target=run)
