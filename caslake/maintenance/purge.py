@@ -72,12 +72,13 @@ from caslake.format import splice as sp
 from caslake.format.keys import data_file_key, tombstone_key
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.parquet import file_stats
-from caslake.format.parquet_thrift import decode_file_metadata, footer_length
+from caslake.format.parquet_thrift import MAGIC, decode_file_metadata, footer_length
 from caslake.format.refs import branch_key
 from caslake.format.schema import TableSchema
 from caslake.format.tombstone import FileDeletes, Tombstone
 from caslake.maintenance.gc import GcReport, RootsProvider, collect_garbage
 from caslake.store.base import ComposePart, CopyFrom, ObjectStore, PutMode, normalize_etag
+from caslake.store.ranges import DEFAULT_MAX_REQUEST, plan_ranges
 from caslake.table import refs
 from caslake.table.changes import Changes
 from caslake.table.delete import PredicateCondition, check_where, matching_positions
@@ -122,7 +123,7 @@ class PurgeReport:
     files_rewritten: int
     row_groups_reencoded: int
     rows_erased: int  # matching rows plus rows already deleted in the touched groups
-    bytes_downloaded: int
+    bytes_downloaded: int  # dry run: what the purge would download (planning reads included)
     bytes_uploaded: int
     bytes_copied: int  # inside the store (UploadPartCopy), never crossing the wire
     whole_file_rewrite_bytes: int  # what rewriting the affected files whole would upload
@@ -134,6 +135,9 @@ class PurgeReport:
     # alone referenced deleted at once (gc's report of that step); None otherwise.
     expired_below: int | None = None
     expiry: GcReport | None = None
+    # expire=True: what the exports' erasure did (one line per export; a dry run:
+    # what it would do), from the ``erase_exports`` callback.
+    exports: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "commit_id": self.commit_id, "noop": self.noop,
@@ -145,7 +149,8 @@ class PurgeReport:
                 "strategy": dict(self.strategy), "files": [f.to_json() for f in self.files],
                 "predicate_hmac": self.predicate_hmac, "attempts": self.attempts,
                 "expired_below": self.expired_below,
-                "expiry": self.expiry.to_json() if self.expiry is not None else None}
+                "expiry": self.expiry.to_json() if self.expiry is not None else None,
+                "exports": list(self.exports)}
 
 
 def predicate_hmac(where: str | Expr, key: bytes) -> str:
@@ -333,6 +338,70 @@ def _build(ctx: TableContext, fp: _FilePlan, schema: TableSchema, *, dry_run: bo
                   new_file, deletes, hidden)
 
 
+# --- the dry run's download estimate ---------------------------------------------
+
+
+def _download_estimate(store: ObjectStore, fp: _FilePlan) -> int:
+    """The bytes :func:`_build` downloads for ``fp`` after planning: the touched row
+    groups, the page indexes of the untouched ones, and the verbatim source bytes
+    of every uploaded part (the widening; all of them for a ``rewrite``), each read
+    coalesced as the store coalesces it.  Exact but for the size of the re-encoded
+    groups (taken as their old size times the share of rows kept), which only
+    moves where the 5 MiB part boundaries fall."""
+    fmd, rows, starts = fp.footer, fp.group_rows, fp.starts()
+    gone = fp.matched | fp.deleted
+    total = _fetched(store, [sp.row_group_span(fmd.row_groups[i]) for i in fp.touched])
+    touched = set(fp.touched)
+    untouched = [i for i in range(len(rows)) if i not in touched]
+    aux = [r for i in untouched for r in sp.aux_ranges(fmd.row_groups[i])]
+    total += _fetched(store, aux)
+    kept = {i: rows[i] - gone.range_cardinality(starts[i], starts[i] + rows[i])
+            for i in fp.touched}
+    stored = sum(kept.values()) + sum(rows[i] for i in untouched)
+    hidden = sum(fp.deleted.range_cardinality(starts[i], starts[i] + rows[i])
+                 for i in untouched)
+    if stored == 0 or hidden == stored:
+        return total  # the file is dropped: nothing is written
+    pieces: list[sp.Piece] = [MAGIC]
+    for i, rg in enumerate(fmd.row_groups):
+        start, end = sp.row_group_span(rg)
+        if i not in touched:
+            pieces.append(sp.SourceRange(start, end))
+        elif kept[i]:
+            pieces.append(bytes(max(1, (end - start) * kept[i] // rows[i])))
+    pieces += [bytes(e - s) for s, e in aux] + [bytes(fp.file.footer_size)]
+    merged = sp._merge_pieces(pieces)  # the same layout the splice produces
+    parts = sp.plan_parts(merged, min_part=store.min_part_size)
+    client_side = type(store).compose is ObjectStore.compose  # copies are downloads
+    if any(isinstance(p, sp.SourceRange) for p in parts):
+        for part in parts:
+            if isinstance(part, sp.SourceRange):
+                total += _fetched(store, [(part.start, part.end)]) if client_side else 0
+            else:
+                total += _fetched(store, [(s.start, s.end) for s in part.segments
+                                          if isinstance(s, sp.SourceRange)])
+        return total
+    return total + _fetched(store, [(p.start, p.end) for p in merged
+                                    if isinstance(p, sp.SourceRange)])
+
+
+def _fetched(store: ObjectStore, ranges: list[tuple[int, int]]) -> int:
+    """The bytes one ``get_ranges`` call of ``ranges`` downloads (gaps it bridges too)."""
+    if not ranges:
+        return 0
+    requests = plan_ranges(ranges, max_gap=getattr(store, "max_gap", 0),
+                           max_request=getattr(store, "max_request", DEFAULT_MAX_REQUEST))
+    return sum(r.length for r in requests)
+
+
+def _commit_read_estimate(ctx: TableContext) -> int:
+    """The commit reads the branch pointer once (assuming no concurrent commit)."""
+    try:
+        return ctx.store.head(ctx.pointer_key).size
+    except NotFound:
+        return 0
+
+
 def _positions_in(bitmap: BitMap, start: int, rows: int) -> np.ndarray:
     """The positions of ``bitmap`` in ``[start, start + rows)``, as int64."""
     arr = np.asarray(bitmap.to_array(), dtype=np.int64)
@@ -474,11 +543,16 @@ def _holders(ctx: TableContext, holding: set[str]) -> list[str]:
 def purge(ctx: TableContext, where: str | Expr, *, dry_run: bool = False,
           expire: bool = False, progress: Progress | None = None,
           audit_key: bytes | None = None, max_replans: int = 3,
-          extra_roots: Sequence[RootsProvider] = ()) -> PurgeReport:
+          extra_roots: Sequence[RootsProvider] = (),
+          erase_exports: Callable[[bool], Sequence[str]] | None = None) -> PurgeReport:
     """Physically erase the rows ``where`` matches (see the module docstring).
     ``extra_roots``: what else stored next to the table references data files (the
     exports, as for gc): erasure is refused while one names a file holding a matching
-    row, and its expiry keeps what they reference."""
+    row, and its expiry keeps what they reference.  ``erase_exports(dry_run)``
+    (expire=True; the facade passes the exports' erasure): rewrites what
+    ``extra_roots`` reference so it holds no older version, run after the purge
+    commit and before the expiry; with it, ``extra_roots`` hold no erasure.  Its
+    lines are the report's ``exports``."""
     where = check_where(where)
     if isinstance(where, str) and not where.strip():
         raise InvalidArgument("purge needs a non-empty where predicate (to erase "
@@ -497,14 +571,16 @@ def purge(ctx: TableContext, where: str | Expr, *, dry_run: bool = False,
     began = datetime.fromtimestamp(ctx.now_ms() / 1000, UTC)
     holding = _files_holding(ctx, ctx.refresh(), where)
     holders = _holders(ctx, holding)
-    if any(holding & provider(ctx.store).keep for provider in extra_roots):
+    if erase_exports is None and any(holding & provider(ctx.store).keep
+                                     for provider in extra_roots):
         holders.append("Delta/Iceberg export")
     if holders:
         raise ErasureHeld(holders)
     report = _purge(ctx, where, dry_run, progress, fingerprint, started, max_replans,
                     fold=True)
     if dry_run:
-        return report
+        return replace(report, exports=tuple(erase_exports(True)) if erase_exports else ())
+    exports = tuple(erase_exports(False)) if erase_exports is not None else ()
     # Nothing stored matches any more: expire nothing, but still collect what an
     # earlier, interrupted erasure (or a crashed writer) left unreferenced.
     head = ctx.snapshot
@@ -512,7 +588,7 @@ def purge(ctx: TableContext, where: str | Expr, *, dry_run: bool = False,
              else head.manifest.oldest_version)
     expiry = collect_garbage(ctx, retention=timedelta(0), force=True, now=began,
                              erase_below=below, extra_roots=extra_roots)
-    return replace(report, expired_below=below, expiry=expiry)
+    return replace(report, expired_below=below, expiry=expiry, exports=exports)
 
 
 def _purge(ctx: TableContext, where: str | Expr, dry_run: bool, progress: Progress | None,
@@ -528,8 +604,14 @@ def _purge(ctx: TableContext, where: str | Expr, dry_run: bool, progress: Progre
             planned = [_build(ctx, fp, base.manifest.schema, dry_run=True)
                        for fp in plan.files]
             noop_result(ctx, PURGE, base, started=started)
-            return _report(ctx, started, base.version, None, planned, fingerprint,
-                           noop=not plan.files, dry_run=dry_run, attempts=tried)
+            report = _report(ctx, started, base.version, None, planned, fingerprint,
+                             noop=not plan.files, dry_run=dry_run, attempts=tried)
+            if not plan.files:
+                return report
+            # What the purge reads beyond the planning this dry run did.
+            more = sum(_download_estimate(ctx.store, fp) for fp in plan.files)
+            return replace(report, bytes_downloaded=report.bytes_downloaded + more
+                           + _commit_read_estimate(ctx))
         built: list[_Built] = []
         try:
             for n, fp in enumerate(plan.files, 1):

@@ -4,10 +4,15 @@
 ``CommitResult`` (what an operation returns) both take their counts from the
 committed manifest's ``summary`` through :func:`commit_counts`, so they cannot
 disagree.  The counts are per commit; ``total_rows`` / ``total_files`` are the
-table at that version.  For a compaction, ``rows_added`` is the rows it
-rewrote into new files and ``rows_deleted`` is 0: its summary's
-``deleted_rows`` counts those same rows leaving with their old files, and they
-are all still in the table.
+table at that version.  ``rows_rewritten`` is the rows a commit wrote again
+into new files in place of old ones (compact, purge: the summary's
+``added_rows``; 0 for every other operation).  For a compaction, ``rows_added``
+is those same rows, as it always was, and ``rows_deleted`` is 0: its summary's
+``deleted_rows`` counts them leaving with their old files, and they are all
+still in the table.  For a purge, ``rows_added`` is 0 and ``rows_deleted`` is
+the live rows it erased (the summary's ``deleted_rows`` minus its ``added_rows``,
+as for compact); its ``params.rows_erased`` counts every row physically
+removed, rows deleted earlier included.
 
 A summary always has every key of :data:`SUMMARY_KEYS` (0 when nothing
 happened), including the create entry's.  Never reads or writes storage.
@@ -23,6 +28,8 @@ from typing import Any
 from caslake.format.manifest import Manifest, format_ts
 
 COMPACT = "compact"  # the operation name of maintenance.compact (a lower layer can't import it)
+PURGE = "purge"  # and of maintenance.purge
+_REWRITES = (COMPACT, PURGE)  # operations that write old rows again into new files
 SUMMARY_KEYS = ("added_files", "added_rows", "added_bytes", "removed_files", "deleted_rows",
                 "added_tombstones")
 # CommitResult / HistoryEntry field -> summary key
@@ -40,9 +47,18 @@ def commit_counts(manifest: Manifest) -> dict[str, int]:
     """The per-commit counts of ``CommitResult`` and ``HistoryEntry``, from the summary."""
     summary = complete_summary(manifest.summary)
     counts = {name: summary[key] for name, key in _COUNTS.items()}
-    if manifest.operation == COMPACT:  # rewritten rows left with the old files, came back
+    if manifest.operation in _REWRITES:  # rewritten rows left with the old files, came back
         counts["rows_deleted"] = max(0, summary["deleted_rows"] - summary["added_rows"])
+    if manifest.operation == PURGE:  # a purge adds no row: its new files hold old ones
+        counts["rows_added"] = 0
     return counts
+
+
+def rewritten_rows(manifest: Manifest) -> int:
+    """The rows the commit wrote again into new files in place of old ones."""
+    if manifest.operation not in _REWRITES:
+        return 0
+    return complete_summary(manifest.summary)["added_rows"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,7 @@ class HistoryEntry:
     files_added: int = 0
     files_removed: int = 0
     tombstones_added: int = 0
+    rows_rewritten: int = 0  # compact, purge: old rows written again into new files
 
     @classmethod
     def of(cls, manifest: Manifest, key: str) -> HistoryEntry:
@@ -73,7 +90,7 @@ class HistoryEntry:
                    params=dict(manifest.operation_params),
                    summary=complete_summary(manifest.summary),
                    total_rows=manifest.totals.live_rows, total_files=manifest.totals.files,
-                   **commit_counts(manifest))
+                   rows_rewritten=rewritten_rows(manifest), **commit_counts(manifest))
 
     @property
     def created_at_text(self) -> str:
@@ -86,4 +103,4 @@ class HistoryEntry:
                 "manifest": self.manifest, "params": dict(self.params),
                 "summary": dict(self.summary),
                 **{name: getattr(self, name) for name in _COUNTS},
-                "total_rows": self.total_rows, "total_files": self.total_files}
+                "rows_rewritten": self.rows_rewritten, "total_rows": self.total_rows, "total_files": self.total_files}
