@@ -103,4 +103,5 @@ class HistoryEntry:
                 "manifest": self.manifest, "params": dict(self.params),
                 "summary": dict(self.summary),
                 **{name: getattr(self, name) for name in _COUNTS},
-                "rows_rewritten": self.rows_rewritten, "total_rows": self.total_rows, "total_files": self.total_files}
+                "rows_rewritten": self.rows_rewritten, "total_rows": self.total_rows,
+                "total_files": self.total_files}
