@@ -23,9 +23,10 @@ from caslake.cli_common import emit_json as _emit_json
 from caslake.cli_common import print_table as _print_table
 from caslake.cli_common import storage_options as _storage_options
 from caslake.cli_dataset import add_dataset_commands
-from caslake.cli_input import open_input
+from caslake.cli_input import FORMATS, TextOptions, open_input
 from caslake.cli_output import emit_json_lines, parse_size, write_output
 from caslake.errors import CaslakeError, InvalidArgument
+from caslake.table.coerce import SchemaConformer
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -70,16 +71,24 @@ def _counted(reader: pa.RecordBatchReader, progress: Progress) -> pa.RecordBatch
     return pa.RecordBatchReader.from_batches(reader.schema, gen())
 
 
+def _text_options(args: argparse.Namespace) -> TextOptions:
+    return TextOptions(null_value=args.null_value, date_format=args.date_format,
+                       timestamp_format=args.timestamp_format)
+
+
 def cmd_create(args: argparse.Namespace, out: TextIO) -> int:
     opts = _storage_options(args.storage_option)
     if args.source is None and args.schema is None:
-        raise InvalidArgument("create needs --from FILE (Parquet or CSV) or --schema "
-                              "'name:type,...'")
+        raise InvalidArgument("create needs --from FILE (Parquet, CSV or JSON lines) or "
+                              "--schema 'name:type,...'")
+    reader: pa.RecordBatchReader | None = None
     if args.schema is not None:
         schema = _parse_schema_arg(args.schema)
-        reader = None
+        if args.source is not None:  # --schema gives the types of the --from file
+            reader = open_input(args.source, args.format, schema, _text_options(args))
+            SchemaConformer(schema, reader.schema)  # refuse before creating anything
     else:
-        reader = open_input(args.source, args.format)
+        reader = open_input(args.source, args.format, None, _text_options(args))
         schema = reader.schema
     table = create_table(args.uri, schema, storage_options=opts)
     out.write(f"created {table.uri} at version {table.version}\n")
@@ -135,12 +144,14 @@ def _open_table(args: argparse.Namespace) -> Table:
 def _input_for(table: Table, args: argparse.Namespace) -> tuple[pa.RecordBatchReader, Progress]:
     """The input file, CSV columns typed by the table, counted for --progress."""
     progress = Progress(args.progress or sys.stderr.isatty(), "reading")
-    return _counted(open_input(args.source, args.format, table.schema), progress), progress
+    reader = open_input(args.source, args.format, table.schema, _text_options(args))
+    return _counted(reader, progress), progress
 
 
 def cmd_append(args: argparse.Namespace, out: TextIO) -> int:
     table = _open_table(args)
-    return _append(table, open_input(args.source, args.format, table.schema), args, out)
+    reader = open_input(args.source, args.format, table.schema, _text_options(args))
+    return _append(table, reader, args, out)
 
 
 def cmd_upsert(args: argparse.Namespace, out: TextIO) -> int:
@@ -169,7 +180,7 @@ def cmd_overwrite(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
     table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
-    columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
+    columns = _columns_arg(args.columns)
     scan = table.scan(columns=columns, where=args.where, version=args.version,
                       as_of=args.as_of)
     if args.plan:
@@ -177,7 +188,8 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     batches = _limited(scan.to_batches(), args.limit)
     if args.output:
-        rows = write_output(batches, scan.schema, args.output, args.output_format)
+        rows = write_output(batches, scan.schema, args.output, args.output_format,
+                            _text_options(args))
         out.write(f"wrote {rows:,} rows to {args.output}\n")
     elif args.json:
         emit_json_lines(batches, out)
@@ -185,6 +197,20 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
         result = pa.Table.from_batches(list(batches), schema=scan.schema)
         _print_table(result, out, args.limit)
     return 0
+
+
+def _columns_arg(text: str | None) -> list[str] | None:
+    """``--columns a,b`` -> ["a", "b"]; absent -> every column.  An empty list or an
+    empty name is refused: ``--columns ""`` is most likely an unset shell variable."""
+    if text is None:
+        return None
+    columns = [c.strip() for c in text.split(",")]
+    if not any(columns):
+        raise InvalidArgument(f"--columns {text!r} names no column; leave --columns out to "
+                              "read every column")
+    if not all(columns):
+        raise InvalidArgument(f"--columns {text!r} has an empty column name")
+    return columns
 
 
 def _limited(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[pa.RecordBatch]:
@@ -514,6 +540,14 @@ def _size(text: str) -> int:
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
     options = _storage_options(args.storage_option)
     table = open_table(args.uri, storage_options=options)
+    if args.target == "drop":
+        n = table.drop_export(args.format, out=args.out, storage_options=options)
+        if args.json:
+            _emit_json({"format": args.format, "objects_deleted": n}, out)
+        else:
+            out.write(f"dropped the {args.format} export: {n} objects deleted\n" if n else
+                      f"no {args.format} export there: nothing deleted\n")
+        return 0
     if args.target == "iceberg":
         res = table.export_iceberg(version=args.version, out=args.out, storage_options=options)
     else:
@@ -549,22 +583,43 @@ def build_parser() -> argparse.ArgumentParser:
     def json_flag(sp: argparse.ArgumentParser, what: str) -> None:
         sp.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
+    def text_args(sp: argparse.ArgumentParser, *, output: bool) -> None:
+        null = "written for NULL" if output else "that means NULL"
+        what = "written" if output else "in the file"
+        sp.add_argument("--null-value", default="", metavar="TEXT",
+                        help=f"CSV: the unquoted text {null} (default: an empty field; a "
+                        "quoted \"\" is always the empty string)")
+        sp.add_argument("--date-format", metavar="FORMAT",
+                        help=f"CSV: strftime pattern of the dates {what}, e.g. %%d/%%m/%%Y "
+                        "(default: ISO 8601)")
+        sp.add_argument("--timestamp-format", metavar="FORMAT",
+                        help=f"CSV: strftime pattern of the timestamps {what}, e.g. "
+                        "'%%Y-%%m-%%d %%H:%%M:%%S.%%f' (%%f: microseconds; default: ISO 8601)")
+
     def input_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("source", help="Parquet or CSV file (CSV is parsed with the table's "
-                        "column types)")
-        sp.add_argument("--format", choices=["parquet", "csv"],
-                        help="input format (default: by suffix; .csv/.tsv are CSV)")
+        sp.add_argument("source", help="Parquet, CSV or JSON lines file (CSV and JSON are "
+                        "parsed with the table's column types)")
+        sp.add_argument("--format", choices=list(FORMATS),
+                        help="input format (default: by suffix; .csv/.tsv are CSV, "
+                        ".json/.jsonl/.ndjson JSON lines)")
         sp.add_argument("--progress", action="store_true",
                         help="always show progress on stderr (default: when it is a terminal)")
+        text_args(sp, output=False)
 
-    c = table_cmd("create", "create a table, optionally from a Parquet or CSV file")
-    c.add_argument("--from", dest="source", help="Parquet or CSV file giving schema and rows")
-    c.add_argument("--schema", help="explicit schema, e.g. 'id:int64,name:string'")
-    c.add_argument("--format", choices=["parquet", "csv"], help="input format (default: by suffix)")
+    c = table_cmd("create", "create a table, optionally from a Parquet, CSV or JSON lines "
+                  "file")
+    c.add_argument("--from", dest="source",
+                   help="Parquet, CSV or JSON lines file giving the rows (and, without "
+                   "--schema, the schema)")
+    c.add_argument("--schema", help="explicit schema, e.g. 'id:int64,name:string'; with "
+                   "--from, the types of the file's columns")
+    c.add_argument("--format", choices=list(FORMATS), help="input format (default: by suffix)")
     c.add_argument("--progress", action="store_true", help="always show progress")
+    text_args(c, output=False)
     c.set_defaults(fn=cmd_create)
 
-    a = table_cmd("append", "append the rows of a Parquet or CSV file as one commit")
+    a = table_cmd("append", "append the rows of a Parquet, CSV or JSON lines file as one "
+                  "commit")
     input_args(a)
     a.set_defaults(fn=cmd_append)
 
@@ -594,6 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output-format", choices=["parquet", "csv"],
                    help="format of --output (default: by suffix)")
     s.add_argument("--plan", action="store_true", help="print what would be read, as JSON")
+    text_args(s, output=True)
     s.set_defaults(fn=cmd_scan)
 
     d = table_cmd("delete", "delete rows matching a predicate (writes a tombstone, no rewrite)")
@@ -701,6 +757,16 @@ def build_parser() -> argparse.ArgumentParser:
             e.add_argument("--out", help="write metadata under OUT/metadata/ instead")
         e.add_argument("--json", action="store_true", help="print the result as JSON")
         e.set_defaults(fn=cmd_export, out=None)
+    e = ex_sub.add_parser("drop", help="delete an export (every object of it); refused while "
+                          "the table property export.<format> is true")
+    e.add_argument("uri", help="table location: a path, file://, memory:// or s3://b/prefix")
+    e.add_argument("--storage-option", "-o", action="append", metavar="KEY=VALUE",
+                   help="store option, e.g. endpoint_url=http://... (repeatable)")
+    e.add_argument("--format", required=True, choices=("iceberg", "delta"),
+                   help="the export to delete")
+    e.add_argument("--out", help="an Iceberg export written with --out OUT")
+    e.add_argument("--json", action="store_true", help="print the result as JSON")
+    e.set_defaults(fn=cmd_export)
 
 
     add_dataset_commands(sub)

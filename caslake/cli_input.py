@@ -1,54 +1,113 @@
-"""Input files of the ``caslake`` command: Parquet or CSV, as a streaming reader.
+"""Input files of the ``caslake`` command: Parquet, CSV or JSON lines, as a streaming
+reader.
+
+CSV follows Spark's defaults (and DuckDB's with ``allow_quoted_nulls=false``): an
+unquoted empty field is NULL, a quoted ``""`` is the empty string; ``--null-value``
+names another text that means NULL (unquoted only: a quoted one is text).  Nothing
+else is a null marker: ``NA``, ``null`` and ``nan`` in a string column stay text.
 
 A CSV file appended to an existing table is parsed with the table's column
 types, never with guessed ones (a column of whole numbers stays ``double`` if
-the table says so; ``007`` stays a string).  A cell that does not parse as its
-column's type is an :class:`~caslake.errors.InputDataError` naming the file,
-line, column and cell.  Parquet files carry their own types; they are
-conformed by the append like any other Arrow data.  Never reads a whole file
-into memory.
+the table says so; ``007`` stays a string).  Without a table (``create --from``)
+the types are inferred from the first block of the file; a column with no value
+there is a string column.  A cell that does not parse as its column's type is
+an :class:`~caslake.errors.InputDataError` naming the file, line, column and
+cell.  ``--date-format`` / ``--timestamp-format`` are C ``strftime`` patterns
+(``%d/%m/%Y``, ``%Y-%m-%d %H:%M:%S.%f``: ``%f`` is microseconds), as DuckDB's.
+
+JSON lines (``.json``, ``.jsonl``, ``.ndjson``: one object per line) is read with
+the table's types as well, including what ``caslake scan --json`` writes for types
+JSON has no literal for: ISO dates, times and timestamps, decimals as text, binary
+as base64.  Parquet files carry their own types; they are conformed by the append
+like any other Arrow data.  Never reads a whole file into memory.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import csv
+import datetime as dt
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
+import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from caslake.errors import InputDataError, InvalidArgument, SchemaMismatch
 
 BATCH_ROWS = 65_536
+BLOCK_BYTES = 1 << 22
+FORMATS = ("parquet", "csv", "json")
+SUPPORTED = ("parquet (.parquet, .pq), csv (.csv, .tsv) and json lines "
+             "(.json, .jsonl, .ndjson)")
+_SUFFIXES = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json",
+             ".ndjson": "json", ".parquet": "parquet", ".pq": "parquet"}
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """How CSV cells are read and written: ``--null-value``, ``--date-format``,
+    ``--timestamp-format`` (None: ISO 8601)."""
+
+    null_value: str = ""
+    date_format: str | None = None
+    timestamp_format: str | None = None
+
+    def check(self, delimiter: str = ",") -> TextOptions:
+        bad = [c for c in (delimiter, '"', "\n", "\r") if c in self.null_value]
+        if bad:
+            raise InvalidArgument(f"--null-value {self.null_value!r} must not contain "
+                                  f"{bad[0]!r} (a delimiter, quote or line break)")
+        for flag, fmt in (("--date-format", self.date_format),
+                          ("--timestamp-format", self.timestamp_format)):
+            if fmt is not None and "%" not in fmt:
+                raise InvalidArgument(f"{flag} {fmt!r} has no % directive (e.g. %Y-%m-%d)")
+        return self
 
 
 def input_format(path: str, fmt: str | None) -> str:
     if fmt is not None:
         return fmt
-    return "csv" if Path(path).suffix.lower() in (".csv", ".tsv") else "parquet"
+    return _SUFFIXES.get(Path(path).suffix.lower(), "parquet")
 
 
-def open_input(path: str, fmt: str | None, schema: pa.Schema | None = None
-               ) -> pa.RecordBatchReader:
-    """A streaming reader over a Parquet or CSV file; CSV columns typed by ``schema``
-    (the table's) when given."""
+def open_input(path: str, fmt: str | None, schema: pa.Schema | None = None,
+               options: TextOptions | None = None) -> pa.RecordBatchReader:
+    """A streaming reader over a Parquet, CSV or JSON lines file; CSV and JSON columns
+    typed by ``schema`` (the table's) when given."""
     p = Path(path)
     if not p.exists():
         raise InvalidArgument(f"input file {path!r} does not exist")
+    if not p.is_file():
+        raise InvalidArgument(f"input {path!r} is not a file")
     kind = input_format(path, fmt)
+    options = options or TextOptions()
     try:
         if kind == "csv":
-            return _open_csv(p, schema)
+            return _open_csv(p, schema, options.check(_delimiter(p)))
+        if kind == "json":
+            return _open_json(p, schema)
         if kind == "parquet":
             pf = pq.ParquetFile(p)
             return pa.RecordBatchReader.from_batches(pf.schema_arrow,
                                                      pf.iter_batches(batch_size=BATCH_ROWS))
     except (OSError, pa.ArrowException) as e:
+        if kind == "parquet" and fmt is None and p.suffix.lower() not in _SUFFIXES:
+            raise InvalidArgument(
+                f"cannot read {path!r}: it is not a Parquet file and its suffix names no "
+                f"other format; the input formats are {SUPPORTED} (or use --format)"
+            ) from None
         raise InvalidArgument(f"cannot read {path!r} as {kind}: {e}") from None
-    raise InvalidArgument(f"unknown input format {kind!r} (use parquet or csv)")
+    raise InvalidArgument(f"unknown input format {kind!r}; the input formats are {SUPPORTED}")
+
+
+# --- CSV ------------------------------------------------------------------------------------
 
 
 def _delimiter(p: Path) -> str:
@@ -60,52 +119,160 @@ def _header(p: Path) -> list[str]:
         return next(csv.reader(f, delimiter=_delimiter(p)), [])
 
 
-def _open_csv(p: Path, schema: pa.Schema | None) -> pa.RecordBatchReader:
-    parse = pcsv.ParseOptions(delimiter=_delimiter(p))
-    if schema is None:
-        return pcsv.open_csv(p, parse_options=parse)
+def _convert(opts: TextOptions, types: dict[str, pa.DataType] | None) -> pcsv.ConvertOptions:
+    """Unquoted ``opts.null_value`` is NULL in every column; a quoted one is text."""
+    kwargs: dict[str, Any] = {}
+    if types is not None:
+        kwargs["column_types"] = types
+    return pcsv.ConvertOptions(null_values=[opts.null_value], strings_can_be_null=True,
+                               quoted_strings_can_be_null=False, **kwargs)
+
+
+def uses_format(typ: pa.DataType, opts: TextOptions) -> bool:
+    """Whether the column is parsed by a --date-format / --timestamp-format (as text
+    first, then converted here) instead of by the CSV reader."""
+    return bool((pa.types.is_date(typ) and opts.date_format is not None)
+                or (pa.types.is_timestamp(typ) and opts.timestamp_format is not None))
+
+
+def _open_csv(p: Path, schema: pa.Schema | None, opts: TextOptions) -> pa.RecordBatchReader:
+    parse = pcsv.ParseOptions(delimiter=_delimiter(p), newlines_in_values=True)
+    read = pcsv.ReadOptions(block_size=BLOCK_BYTES)
     header = _header(p)
-    missing = [n for n in schema.names if n not in header]
-    if missing:
-        raise SchemaMismatch(f"{str(p)!r} is missing column(s) "
-                             f"{', '.join(repr(n) for n in missing)} of the table",
-                             column=missing[0])
-    types = {n: schema.field(n).type for n in header if n in schema.names}
-    # Strings are read as written: no null markers for them, so "" and "NA" stay text.
-    convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=False,
-                                  quoted_strings_can_be_null=False)
+    if schema is None:
+        types = _infer_csv_types(p, parse, read, opts)
+    else:
+        missing = [n for n in schema.names if n not in header]
+        if missing:
+            raise SchemaMismatch(f"{str(p)!r} is missing column(s) "
+                                 f"{', '.join(repr(n) for n in missing)} of the table",
+                                 column=missing[0])
+        types = {n: schema.field(n).type for n in header if n in schema.names}
+    text_types = {n: (pa.string() if uses_format(t, opts) else t) for n, t in types.items()}
     try:  # the first block is converted here already
-        reader = pcsv.open_csv(p, parse_options=parse, convert_options=convert,
-                               read_options=pcsv.ReadOptions(block_size=1 << 22))
+        reader = pcsv.open_csv(p, parse_options=parse, convert_options=_convert(
+            opts, text_types), read_options=read)
     except pa.ArrowInvalid as e:
-        raise _first_bad_cell(p, types) or InvalidArgument(
+        raise _first_bad_cell(p, text_types, opts) or InvalidArgument(
             f"cannot read {str(p)!r} as CSV: {e}") from None
-    return pa.RecordBatchReader.from_batches(reader.schema, _located(p, reader, types))
+    formatted = {n: t for n, t in types.items() if uses_format(t, opts)}
+    out_schema = pa.schema([pa.field(f.name, types.get(f.name, f.type))
+                            for f in reader.schema])
+    return pa.RecordBatchReader.from_batches(
+        out_schema, _located(p, reader, text_types, formatted, out_schema, opts))
 
 
-def _located(p: Path, reader: pcsv.CSVStreamingReader,
-             types: dict[str, pa.DataType]) -> Iterator[pa.RecordBatch]:
-    """The batches; on a conversion error, find and name the first bad cell."""
+def _infer_csv_types(p: Path, parse: pcsv.ParseOptions, read: pcsv.ReadOptions,
+                     opts: TextOptions) -> dict[str, pa.DataType]:
+    """Column types from the first block: Arrow's inference, a column with no value
+    there a string, and with --date-format / --timestamp-format a text column whose
+    every value parses by it a date / timestamp."""
     try:
-        yield from reader
+        reader = pcsv.open_csv(p, parse_options=parse, convert_options=_convert(opts, None),
+                               read_options=read)
+        first = reader.read_next_batch()
+    except StopIteration:
+        return {f.name: (pa.string() if pa.types.is_null(f.type) else f.type)
+                for f in reader.schema}
     except pa.ArrowInvalid as e:
-        raise _first_bad_cell(p, types) or InvalidArgument(
+        raise InvalidArgument(f"cannot read {str(p)!r} as CSV: {e}") from None
+    types: dict[str, pa.DataType] = {}
+    for f in reader.schema:
+        typ = pa.string() if pa.types.is_null(f.type) else f.type
+        column = first.column(f.name)
+        if pa.types.is_string(typ) and column.null_count < len(column):
+            for fmt, target in ((opts.date_format, pa.date32()),
+                                (opts.timestamp_format, pa.timestamp("us"))):
+                if fmt is not None and _all_parse(column, fmt):
+                    typ = target
+                    break
+        types[f.name] = typ
+    return types
+
+
+def _all_parse(column: pa.Array[Any], fmt: str) -> bool:
+    try:
+        for v in column.drop_null().unique().to_pylist():
+            dt.datetime.strptime(str(v), fmt)
+    except ValueError:
+        return False
+    return True
+
+
+def _parse_text(values: pa.Array[Any], typ: pa.DataType, fmt: str, p: Path, name: str,
+                first_line: int) -> pa.Array[Any]:
+    """Text cells -> dates or timestamps by a strftime pattern (each distinct value
+    parsed once); a cell that does not parse is an InputDataError naming its line
+    (``first_line``: the line of the first cell)."""
+    encoded = values.dictionary_encode()
+    parsed: list[Any] = []
+    tz = typ.tz if pa.types.is_timestamp(typ) else None
+    for text in encoded.dictionary.to_pylist():
+        try:
+            value = dt.datetime.strptime(str(text), fmt)
+        except ValueError:
+            line = first_line + values.index(text).as_py()
+            raise _bad(p, line, name, text, f"value for the format {fmt!r}") from None
+        if pa.types.is_date(typ):
+            parsed.append(value.date())
+        elif tz is not None and value.tzinfo is None:
+            parsed.append(value.replace(tzinfo=dt.UTC))
+        elif tz is None and value.tzinfo is not None:
+            parsed.append(value.astimezone(dt.UTC).replace(tzinfo=None))
+        else:
+            parsed.append(value)
+    try:
+        dictionary = pa.array(parsed, typ)
+    except (pa.ArrowInvalid, OverflowError) as e:
+        raise InvalidArgument(f"a value does not fit {typ}: {e}") from None
+    return dictionary.take(encoded.indices)
+
+
+def _located(p: Path, reader: pcsv.CSVStreamingReader, types: dict[str, pa.DataType],
+             formatted: dict[str, pa.DataType], schema: pa.Schema,
+             opts: TextOptions) -> Iterator[pa.RecordBatch]:
+    """The batches, formatted columns parsed; on a conversion error, find and name the
+    first bad cell."""
+    row = 0
+    try:
+        for batch in reader:
+            if formatted:
+                arrays = []
+                for f in schema:
+                    col = batch.column(f.name)
+                    if f.name in formatted:
+                        fmt = (opts.date_format if pa.types.is_date(f.type)
+                               else opts.timestamp_format)
+                        assert fmt is not None
+                        col = _parse_text(col, f.type, fmt, p, f.name, row + 2)
+                    arrays.append(col)
+                batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+            row += batch.num_rows
+            yield batch
+    except pa.ArrowInvalid as e:
+        raise _first_bad_cell(p, types, opts) or InvalidArgument(
             f"cannot read {str(p)!r} as CSV: {e}") from None
 
 
-def _first_bad_cell(p: Path, types: dict[str, pa.DataType]) -> InputDataError | None:
+def _bad(p: Path, line: int, column: str, cell: str | None, what: str) -> InputDataError:
+    return InputDataError(f"{str(p)!r} line {line}, column {column!r}: {cell!r} is not a "
+                          f"valid {what}", path=str(p), line=line, column=column, value=cell)
+
+
+def _first_bad_cell(p: Path, types: dict[str, pa.DataType],
+                    opts: TextOptions) -> InputDataError | None:
     """Read the file again as text, batch by batch, and cast each column to its
     type until one fails; return that cell.  Line numbers count the header as
     line 1 and assume one line per record (a quoted newline shifts them)."""
-    parse = pcsv.ParseOptions(delimiter=_delimiter(p))
+    parse = pcsv.ParseOptions(delimiter=_delimiter(p), newlines_in_values=True)
     text = pcsv.open_csv(p, parse_options=parse, convert_options=pcsv.ConvertOptions(
         column_types=dict.fromkeys(types, pa.string()), strings_can_be_null=False))
     row = 0
     for batch in text:
         for name, typ in types.items():
             values = batch.column(name)
-            if not pa.types.is_string(typ):  # an empty cell is a null, as the reader says
-                empty = pc.equal(values, pa.scalar(""))
+            if not pa.types.is_string(typ):  # the null marker is a null, as the reader says
+                empty = pc.equal(values, pa.scalar(opts.null_value))
                 values = pc.if_else(empty, pa.scalar(None, pa.string()), values)
             try:
                 values.cast(typ)
@@ -116,9 +283,76 @@ def _first_bad_cell(p: Path, types: dict[str, pa.DataType]) -> InputDataError | 
                 try:
                     pa.array([cell], pa.string()).cast(typ)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                    line = row + i + 2
-                    return InputDataError(
-                        f"{str(p)!r} line {line}, column {name!r}: {cell!r} is not a valid "
-                        f"{typ}", path=str(p), line=line, column=name, value=cell)
+                    return _bad(p, row + i + 2, name, cell, str(typ))
         row += batch.num_rows
     return None
+
+
+# --- JSON lines -----------------------------------------------------------------------------
+
+
+def _json_native(typ: pa.DataType) -> bool:
+    """Types Arrow's JSON reader converts itself (timestamps from ISO 8601 text)."""
+    return bool(pa.types.is_integer(typ) or pa.types.is_floating(typ)
+                or pa.types.is_boolean(typ) or pa.types.is_string(typ)
+                or pa.types.is_large_string(typ) or pa.types.is_timestamp(typ)
+                or pa.types.is_null(typ))
+
+
+def _open_json(p: Path, schema: pa.Schema | None) -> pa.RecordBatchReader:
+    read = pjson.ReadOptions(block_size=BLOCK_BYTES)
+    if schema is None:
+        inferred = pjson.open_json(p, read_options=read).schema
+        schema = pa.schema([pa.field(f.name, pa.string() if pa.types.is_null(f.type)
+                                     else f.type) for f in inferred])
+    text_schema = pa.schema([pa.field(f.name, f.type if _json_native(f.type) else pa.string())
+                             for f in schema])
+    reader = pjson.open_json(p, read_options=read, parse_options=pjson.ParseOptions(
+        explicit_schema=text_schema, unexpected_field_behavior="error"))
+    return pa.RecordBatchReader.from_batches(schema, _json_batches(p, reader, schema))
+
+
+def _json_batches(p: Path, reader: Any, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    row = 0
+    try:
+        for batch in reader:
+            arrays = []
+            for f in schema:
+                col = batch.column(f.name)
+                if col.type != f.type:
+                    col = _from_json_text(p, col, f.name, f.type, row)
+                arrays.append(col)
+            row += batch.num_rows
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+    except pa.ArrowInvalid as e:
+        raise InvalidArgument(f"cannot read {str(p)!r} as JSON lines (one object per line, "
+                              f"with the table's columns): {e}") from None
+
+
+_TEXT_ERRORS = (ValueError, binascii.Error, pa.ArrowInvalid, pa.ArrowNotImplementedError)
+
+
+def _from_json_text(p: Path, col: pa.Array[Any], name: str, typ: pa.DataType,
+                    row: int) -> pa.Array[Any]:
+    """A column JSON has no literal for, from the text ``scan --json`` writes; a cell
+    that does not convert is an InputDataError naming its line."""
+    try:
+        return _json_text_to(col, typ)
+    except _TEXT_ERRORS:
+        pass
+    for i, cell in enumerate(col.to_pylist()):  # name the first cell that fails
+        try:
+            _json_text_to(pa.array([cell], pa.string()), typ)
+        except _TEXT_ERRORS:
+            raise _bad(p, row + i + 1, name, cell, str(typ)) from None
+    raise InvalidArgument(f"cannot read column {name!r} of {str(p)!r} as {typ}")
+
+
+def _json_text_to(col: pa.Array[Any], typ: pa.DataType) -> pa.Array[Any]:
+    if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
+        return pa.array([None if v is None else base64.b64decode(v, validate=True)
+                         for v in col.to_pylist()], typ)
+    if pa.types.is_time(typ):
+        return pa.array([None if v is None else dt.time.fromisoformat(v)
+                         for v in col.to_pylist()], typ)
+    return col.cast(typ)

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from caslake.cli_input import TextOptions, uses_format
 from caslake.errors import InvalidArgument
 
 JSON_SLICE_ROWS = 1024
@@ -71,9 +72,14 @@ def output_format(path: str, fmt: str | None) -> str:
 
 
 def write_output(batches: Iterable[pa.RecordBatch], schema: pa.Schema, path: str,
-                 fmt: str | None) -> int:
-    """Stream ``batches`` into a Parquet (zstd) or CSV file; returns the rows written."""
+                 fmt: str | None, options: TextOptions | None = None) -> int:
+    """Stream ``batches`` into a Parquet (zstd) or CSV file; returns the rows written.
+
+    CSV: a NULL is ``options.null_value`` unquoted (default: an empty field), every
+    string is quoted (so ``''`` is ``""``, and a string equal to the null marker is
+    quoted text); dates and timestamps are ISO 8601 unless a format is given."""
     kind = output_format(path, fmt)
+    options = (options or TextOptions()).check()
     n = 0
     try:
         if kind == "parquet":
@@ -82,10 +88,43 @@ def write_output(batches: Iterable[pa.RecordBatch], schema: pa.Schema, path: str
                     pw.write_batch(b)
                     n += b.num_rows
         else:
-            with pcsv.CSVWriter(path, schema) as cw:
+            write = pcsv.WriteOptions(null_string=options.null_value,  # type: ignore[call-arg]
+                                      quoting_style="needed")
+            out_schema = pa.schema([pa.field(f.name, pa.string()) if uses_format(f.type, options)
+                                    else f for f in schema])
+            with pcsv.CSVWriter(path, out_schema, write_options=write) as cw:
                 for b in batches:
-                    cw.write_batch(b)
+                    cw.write_batch(_format_batch(b, out_schema, options))
                     n += b.num_rows
     except (OSError, pa.ArrowException) as e:
         raise InvalidArgument(f"cannot write --output {path!r}: {e}") from None
     return n
+
+
+def _format_batch(batch: pa.RecordBatch, schema: pa.Schema, options: TextOptions
+                  ) -> pa.RecordBatch:
+    """Dates and timestamps as text by --date-format / --timestamp-format (C strftime,
+    each distinct value formatted once)."""
+    if schema == batch.schema:
+        return batch
+    arrays = []
+    for f, col in zip(batch.schema, batch.columns, strict=True):
+        if uses_format(f.type, options):
+            fmt = str(options.date_format if pa.types.is_date(f.type)
+                      else options.timestamp_format)
+            encoded = col.dictionary_encode()
+            text = pa.array([strftime(v, fmt) for v in encoded.dictionary.to_pylist()],
+                            pa.string())
+            col = text.take(encoded.indices)
+        arrays.append(col)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_YEAR = re.compile(r"%(?:%|Y)")
+
+
+def strftime(value: Any, fmt: str) -> str:
+    """``value.strftime(fmt)`` with ``%Y`` always four digits (glibc writes year 999
+    as ``999``, which ``strptime``'s ``%Y`` and DuckDB do not read back)."""
+    fmt = _YEAR.sub(lambda m: "%%" if m.group() == "%%" else f"{value.year:04d}", fmt)
+    return str(value.strftime(fmt))
