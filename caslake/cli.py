@@ -806,6 +806,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return 0
+    except OSError as e:  # a layer that missed its mapping: still one line, no traceback
+        where = f": {e.filename}" if e.filename else ""
+        sys.stderr.write(f"caslake: error: {e.strerror or e}{where}\n")
+        return EXIT_ERROR
 
 
 def _quiet_stdout() -> None:

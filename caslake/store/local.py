@@ -50,6 +50,7 @@ from caslake.errors import (
     AlreadyExists,
     NotFound,
     PreconditionFailed,
+    PutOutcomeUnknown,
     StoreConfigError,
     StoreError,
     TransientStoreError,
@@ -125,13 +126,26 @@ def path_from_uri(uri: str) -> Path:
     return Path(raw).expanduser().absolute()
 
 
-def _os_error(exc: OSError, what: str, key: str | None) -> StoreError:
-    """Map an unexpected OSError to the caslake error tree."""
+_REASONS = {errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+            errno.EPERM: "operation not permitted", errno.ENOSPC: "no space left on the device",
+            errno.EDQUOT: "the disk quota is exceeded"}
+NOT_WRITTEN = "nothing was written"
+
+
+def _os_error(exc: OSError, what: str, key: str | None, outcome: str | None = None
+              ) -> StoreError:
+    """Map an unexpected OSError to the caslake error tree: a permission or read-only
+    file system is a StoreConfigError (the location is unusable as given), a busy or
+    interrupted call a TransientStoreError, anything else (a full disk) a StoreError.
+    ``outcome`` says what became of the request (e.g. "nothing was written")."""
+    reason = _REASONS.get(exc.errno or 0) or exc.strerror or str(exc)
+    where = f" ({exc.filename})" if exc.filename else ""
+    message = f"{what}: {reason}{where}" + (f"; {outcome}" if outcome else "")
     if exc.errno in (errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.ETIMEDOUT):
-        return TransientStoreError(f"{what}: {exc}", key=key)
+        return TransientStoreError(message, key=key)
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return StoreConfigError(f"{what}: {exc}", key=key)
-    return StoreError(f"{what}: {exc}", key=key)
+        return StoreConfigError(message, key=key)
+    return StoreError(message, key=key)
 
 
 class LocalStore(ObjectStore):
@@ -216,16 +230,24 @@ class LocalStore(ObjectStore):
         return removed
 
     def _fsync_dir(self, directory: Path) -> None:
+        """Make a rename or link in ``directory`` durable.  It runs after the change:
+        a failure here is a PutOutcomeUnknown (the change was made, but may not
+        survive a crash), never "nothing was written"."""
         if not self.fsync:
             return
-        fd = os.open(directory, os.O_RDONLY)
         try:
-            os.fsync(fd)
-        except OSError as exc:  # some filesystems refuse fsync on directories
-            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-                raise
-        finally:
-            os.close(fd)
+            fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            except OSError as exc:  # some filesystems refuse fsync on directories
+                if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+                    raise
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            error = _os_error(exc, f"cannot sync {str(directory)!r} in {self.uri}", None,
+                              "the change was made but may not survive a crash")
+            raise PutOutcomeUnknown(str(error)) from exc
 
     def _write_temp(self, data: bytes, *, not_before_ns: int = 0) -> tuple[Path, str]:
         """Write ``data`` to a new temp file; return its path and its ETag.
@@ -419,10 +441,11 @@ class LocalStore(ObjectStore):
         try:
             yield
         except (NotADirectoryError, FileExistsError) as exc:
-            raise StoreError(f"cannot write {key!r}: a parent path is a file ({exc})",
-                             key=key) from exc
+            raise StoreError(f"cannot write {key!r}: a parent path is a file ({exc}); "
+                             f"{NOT_WRITTEN}", key=key) from exc
         except OSError as exc:
-            raise _os_error(exc, f"cannot write {key!r}", key) from exc
+            raise _os_error(exc, f"cannot write {key!r} in {self.uri}", key,
+                            NOT_WRITTEN) from exc
 
     def local_path(self, key: str, *, etag: str | None = None) -> str | None:
         path = self._path(key)
@@ -481,8 +504,17 @@ class LocalStore(ObjectStore):
         return True
 
     def staging_dir(self) -> str:
+        """The directory for staged files, checked to take a new file: a read-only or
+        unwritable store fails here, typed, before any work."""
         tmp_dir = self.root / TMP_DIR
-        tmp_dir.mkdir(parents=True, exist_ok=True)
+        probe = tmp_dir / f"{uuid.uuid4().hex}.probe"
+        try:
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o644))
+            os.unlink(probe)
+        except OSError as exc:
+            raise _os_error(exc, f"cannot stage files in {self.uri}", None,
+                            NOT_WRITTEN) from exc
         return str(tmp_dir)
 
     def put_file(self, key: str, path: str, *, mode: Mode = PutMode.CREATE) -> str:
@@ -509,6 +541,9 @@ class LocalStore(ObjectStore):
             if self.fsync:
                 os.fsync(fd)
             st = os.fstat(fd)
+        except OSError as exc:
+            raise _os_error(exc, f"cannot write {key!r} in {self.uri}", key,
+                            NOT_WRITTEN) from exc
         finally:
             os.close(fd)
         self.counters.record(kind, bytes_out=st.st_size if uploaded is None else uploaded,
@@ -521,7 +556,8 @@ class LocalStore(ObjectStore):
                 raise AlreadyExists(f"object {key!r} already exists in {self.uri}",
                                     key=key) from None
         except OSError as exc:
-            raise _os_error(exc, f"cannot write {key!r}", key) from exc
+            raise _os_error(exc, f"cannot write {key!r} in {self.uri}", key,
+                            NOT_WRITTEN) from exc
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(src)
@@ -588,7 +624,8 @@ class LocalStore(ObjectStore):
         except IsADirectoryError as exc:
             raise StoreError(f"cannot delete {key!r}: it is a directory", key=key) from exc
         except OSError as exc:
-            raise _os_error(exc, f"cannot delete {key!r}", key) from exc
+            raise _os_error(exc, f"cannot delete {key!r} in {self.uri}", key,
+                            "the object was not deleted") from exc
         self._fsync_dir(path.parent)
 
     # --- compose ------------------------------------------------------------------

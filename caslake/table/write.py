@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from caslake.errors import InvalidArgument
+from caslake.errors import InvalidArgument, StoreError
 from caslake.format.keys import data_file_key
 from caslake.format.manifest import DataFile
 from caslake.format.parquet import (
@@ -114,16 +114,28 @@ class _FileBuilder:
     their offsets in the footer move (:func:`caslake.format.parquet.concat_row_groups`)."""
 
     def __init__(self, staging_dir: str | None) -> None:
-        fd, self.path = tempfile.mkstemp(suffix=".parquet.tmp", dir=staging_dir)
-        self.sink = os.fdopen(fd, "wb")
-        self.concat = ParquetConcat()
-        self.sink.write(self.concat.head())
+        self.staging_dir = staging_dir
+        with self._disk_errors():
+            fd, self.path = tempfile.mkstemp(suffix=".parquet.tmp", dir=staging_dir)
+            self.sink = os.fdopen(fd, "wb")
+            self.concat = ParquetConcat()
+            self.sink.write(self.concat.head())
         self.rows = 0
+
+    @contextlib.contextmanager
+    def _disk_errors(self) -> Iterator[None]:
+        """A full or read-only staging disk is a StoreError, not a raw OSError."""
+        try:
+            yield
+        except OSError as exc:
+            raise StoreError(f"cannot stage a data file in {self.staging_dir!r}: "
+                             f"{exc.strerror or exc}; nothing was committed") from exc
 
     def add(self, encoded: pa.Buffer, rows: int) -> int:
         """Append one encoded group; return the bytes it added to the file."""
         pages = self.concat.add(encoded, self.sink.tell(), path=self.path)
-        self.sink.write(pages)
+        with self._disk_errors():
+            self.sink.write(pages)
         self.rows += rows
         return len(pages)
 
@@ -133,9 +145,10 @@ class _FileBuilder:
     def finish(self) -> tuple[int, int, int, pq.FileMetaData]:
         """Close the file; return its size, footer size, footer CRC-32 and metadata."""
         tail = self.concat.tail()
-        self.sink.write(tail)
-        size = self.sink.tell()
-        self.sink.close()
+        with self._disk_errors():
+            self.sink.write(tail)
+            size = self.sink.tell()
+            self.sink.close()
         footer_size = footer_size_from_trailer(tail[-TRAILER_SIZE:], path=self.path)
         return size, footer_size, footer_crc32(tail), pq.read_metadata(pa.BufferReader(tail))
 
