@@ -67,11 +67,19 @@ class Table(TableCore):
               ) -> PurgeReport:
         """Physically erase the rows ``where`` matches, by row-group splice, in one
         version (see :mod:`caslake.maintenance.purge`)."""
+        from caslake.export.erase import describe_erasure, erase_export_history
         from caslake.export.roots import export_roots
         from caslake.maintenance.purge import purge
 
-        return purge(self.context, where, dry_run=dry_run, expire=expire, progress=progress,
-                     audit_key=audit_key, extra_roots=(export_roots,))
+        ctx = self.context
+
+        def erase_exports(dry: bool) -> list[str]:
+            # the exports' erasure: rewritten to the purge's version, older objects gone
+            return describe_erasure(ctx.store) if dry else erase_export_history(ctx)
+
+        return purge(ctx, where, dry_run=dry_run, expire=expire, progress=progress,
+                     audit_key=audit_key, extra_roots=(export_roots,),
+                     erase_exports=erase_exports)
 
     def gc(self, *, retention: timedelta | None = None, dry_run: bool = False,
            now: datetime | None = None, force: bool = False) -> GcReport:
@@ -97,6 +105,17 @@ class Table(TableCore):
         from caslake.export.delta import export_delta
 
         return export_delta(self.context, version)
+
+    def drop_export(self, format: str, *, out: str | None = None,
+                    storage_options: dict[str, str] | None = None) -> int:
+        """Delete the ``format`` ("iceberg" or "delta") export at the table root (or an
+        Iceberg export at ``out``): every object of it.  Refused with
+        ExportOnCommitEnabled while the table property ``export.<format>`` is true;
+        returns the number of objects deleted (0: none; see
+        :mod:`caslake.export.erase`)."""
+        from caslake.export.erase import drop_export
+
+        return drop_export(self.context, format, out=out, storage_options=storage_options)
 
 
 def create_table(uri: str, schema: pa.Schema, *, storage_options: dict[str, str] | None = None,

@@ -494,3 +494,56 @@ def export_delta(table: TableHandle, version: int | None = None) -> ExportResult
         return writer.result("delta", source.version, table.store.uri)
     raise CommitConflict(f"gave up after {ATTEMPTS} attempts: other exporters kept taking "
                          "the next Delta version")
+
+
+def reset_delta(table: TableHandle) -> ExportResult | None:
+    """Rewrite the Delta export at ``table``'s root so that it describes the latest
+    caslake version only (None when there is no Delta export): one commit
+    restating the whole table (fresh deletion vectors), a checkpoint at it and
+    ``_last_checkpoint``, then every older log entry, checkpoint and
+    deletion-vector file deleted, oldest first.  At every step the log on storage
+    is a valid Delta table (old, or old plus the restating commit, or the
+    checkpoint and what follows it).  Raises ExportColumnsDiverged (nothing
+    written) when the table cannot be shown."""
+    store = table.store
+    source = load_source(table, None)
+    export = DeltaExport(source)
+    old_dvs = {m.key for m in store.list(f"{DV_PREFIX}/")}
+    for _ in range(ATTEMPTS):
+        state = read_log(store)
+        if state.next_version == 0:
+            return None
+        writer = Writer(store)
+        version = state.next_version
+        actions = export.commit_actions(state, writer, fresh=True)
+        try:
+            writer.publish(commit_key(version), encode(actions),
+                           commit_id=source.snapshot.manifest.commit_id)
+        except AlreadyExists:
+            continue  # another exporter took this Delta version: restate on top of it
+        break
+    else:
+        raise CommitConflict(f"gave up after {ATTEMPTS} attempts: other exporters kept "
+                             "taking the next Delta version")
+    after = DeltaState(adds=dict(state.adds), protocol=state.protocol,
+                       metadata=state.metadata, schema=state.schema)
+    for action in actions:
+        after.apply(action, version)
+    snapshot: list[dict[str, Any]] = [{"protocol": after.protocol}, {"metaData": after.metadata},
+                *({"add": {**a, "dataChange": False}} for a in after.adds.values())]
+    writer.put(checkpoint_key(version), write_checkpoint(snapshot))
+    writer.put(LAST_CHECKPOINT_KEY, json.dumps({"version": version, "size": len(snapshot)})
+               .encode(), overwrite=True)
+    doomed = []
+    for m in store.list(LOG_PREFIX):
+        c = _COMMIT_RE.match(m.key) or _CHECKPOINT_RE.match(m.key)
+        if m.key != LAST_CHECKPOINT_KEY and (c is None or int(c.group(1)) < version):
+            doomed.append(m.key)
+    for key in sorted(doomed):  # oldest first: what is left stays a valid log suffix
+        store.delete(key)
+    live = read_log(store)  # what now references deletion vectors (ours, and any later)
+    keep = {dv_key(a["deletionVector"]["pathOrInlineDv"]) for a in live.adds.values()
+            if (a.get("deletionVector") or {}).get("storageType") == "u"}
+    for key in sorted(old_dvs - keep):
+        store.delete(key)
+    return writer.result("delta", source.version, table.store.uri)

@@ -40,7 +40,9 @@ class ExportRoots:
     keep: frozenset[str]
 
 
-def _iceberg(store: ObjectStore, root: str) -> set[str]:
+def iceberg_keep(store: ObjectStore, root: str) -> set[str]:
+    """The keys the Iceberg export at ``root`` references (its hint, the metadata
+    file it names, and everything that file's snapshots reach)."""
     version = read_hint(store)
     if version is None:
         return set()
@@ -84,4 +86,4 @@ def _delta(store: ObjectStore) -> set[str]:
 def export_roots(store: ObjectStore) -> ExportRoots:
     """What the latest exports stored at ``store``'s root reference."""
     root = store.uri.rstrip("/") + "/"
-    return ExportRoots(PREFIXES, frozenset(_iceberg(store, root) | _delta(store)))
+    return ExportRoots(PREFIXES, frozenset(iceberg_keep(store, root) | _delta(store)))
