@@ -8,6 +8,7 @@ stderr when it is a terminal (or with ``--progress``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 import time
@@ -795,6 +796,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if getattr(args, "limit", None) is not None and args.limit < 0:
         parser.error("--limit must be >= 0")
     try:
+        return _run(args, out)
+    finally:
+        _wind_down(out)
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    try:
         code: int = args.fn(args, out)
         return code
     except CaslakeError as e:
@@ -810,6 +818,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         where = f": {e.filename}" if e.filename else ""
         sys.stderr.write(f"caslake: error: {e.strerror or e}{where}\n")
         return EXIT_ERROR
+
+
+def _wind_down(out: TextIO) -> None:
+    """Before exit: join caslake's thread pools and flush the output, so no thread of
+    ours is still running while the interpreter shuts down (a native thread that
+    calls into Python then is killed mid-frame: "terminate called without an active
+    exception", rc -6; issue 27)."""
+    from caslake.table.pools import shutdown_all
+
+    shutdown_all()
+    for stream in (out, sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, or the reader went away
+            stream.flush()
 
 
 def _quiet_stdout() -> None:

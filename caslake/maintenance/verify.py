@@ -34,7 +34,6 @@ Never writes.  Problems are collected, not raised, so one run reports them all.
 
 from __future__ import annotations
 
-import io
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -286,10 +285,17 @@ def _check_footers(store: ObjectStore, files: list[DataFile], report: VerifyRepo
                 report.problems.append(problem)
 
 
+class _Bar(tqdm):  # type: ignore[misc]
+    """A progress bar without tqdm's monitor thread (a daemon thread that would
+    outlive the command and run while the interpreter shuts down)."""
+
+    monitor_interval = 0
+
+
 def _check_pages(store: ObjectStore, files: list[DataFile], report: VerifyReport,
                  progress: bool) -> None:
     """Read every page of every file with CRC verification on, a row group at a time."""
-    with tqdm(total=sum(f.size for f in files), unit="B", unit_scale=True,
+    with _Bar(total=sum(f.size for f in files), unit="B", unit_scale=True,
               desc="checking pages", disable=not progress, file=sys.stderr) as bar:
         for f in files:
             try:
@@ -309,7 +315,11 @@ def _check_file_pages(store: ObjectStore, f: DataFile) -> int:
     # No ETag pin: a relocated table has other ETags; the footer CRC-32 (checked
     # just before) and the page CRC-32s prove the content.
     local = store.local_path(f.path)
-    source = local if local is not None else io.BytesIO(store.get(f.path).data)
+    # An Arrow buffer, not io.BytesIO: Arrow's I/O threads then never call back into
+    # Python for the bytes, so none can still want the GIL as the interpreter exits
+    # (a C++ thread that does is ended by pthread_exit: "terminate called without an
+    # active exception", rc -6; issue 27).
+    source = local if local is not None else pa.BufferReader(store.get(f.path).data)
     pf = pq.ParquetFile(source, **VERIFY_PAGE_CHECKSUMS)
     chunks = 0
     for rg in range(pf.metadata.num_row_groups):

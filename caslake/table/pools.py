@@ -60,6 +60,17 @@ def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
         return pool
 
 
+def shutdown_all() -> None:
+    """Finish the work already submitted to every pool and join their threads (the
+    CLI calls it before exit, so no thread outlives the command).  A later use
+    starts the pools again."""
+    with _LOCK:
+        pools = list(_POOLS.values())
+        _POOLS.clear()
+    for pool in pools:
+        pool.shutdown(wait=True)
+
+
 def fetch_all(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     """``[fn(x) for x in items]``, run concurrently on the metadata pool when
     there is more than one item (in the caller's thread otherwise)."""
