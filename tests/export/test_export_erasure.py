@@ -193,3 +193,55 @@ def test_dry_run_names_the_exports_and_changes_nothing(tmp_path: Path) -> None:
     assert {e.split(":")[0] for e in report.exports} == {"iceberg", "delta"}
     assert "exports" in report.to_json()
     assert sorted((m.key, m.etag) for m in t.store.list("")) == before
+
+
+def test_a_reader_sees_the_old_or_the_new_export_at_every_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After every put and delete the erasure makes, deltalake and pyiceberg (from
+    the version hint) read either the export before it or the one after it."""
+    from caslake.export.erase import erase_export_history
+    from caslake.export.iceberg import read_hint
+
+    uri = tmp_path / "t"
+    t = caslake.create_table(str(uri), SCHEMA)
+    t.append(batch(0, 40, secret=True))
+    t.append(batch(40, 60))
+    t.delete("id = 7")
+    t.export_iceberg()
+    t.export_delta()
+    t.delete("id = 8")
+    t.export_iceberg()
+    t.export_delta()
+    old = caslake_rows(t)
+    t.purge(WHERE)  # without expire: the old data files stay for the old exports
+    new = caslake_rows(t)
+    store = t.context.store
+    seen: list[str] = []
+
+    def check(op: str, key: str) -> None:
+        if not key.startswith(EXPORT_PREFIXES):
+            return
+        hint = read_hint(store)
+        ice = pyiceberg_rows(f"{uri.as_uri()}/metadata/v{hint}.metadata.json", SCHEMA)
+        delta = deltalake_rows(str(uri), SCHEMA)
+        for name, got in (("iceberg", ice), ("delta", delta)):
+            assert got.equals(old) or got.equals(new), f"{name} after {op} {key}"
+        seen.append(f"{op} {key}")
+
+    put, delete = store.put, store.delete
+
+    def checked_put(key: str, data: bytes, **kw: Any) -> str:
+        etag = put(key, data, **kw)
+        check("put", key)
+        return etag
+
+    def checked_delete(key: str) -> None:
+        delete(key)
+        check("delete", key)
+
+    monkeypatch.setattr(store, "put", checked_put)
+    monkeypatch.setattr(store, "delete", checked_delete)
+    erase_export_history(t.context)
+    assert sum(s.startswith("delete") for s in seen) >= 4, seen
+    assert export_leaks(store) == []
+    readers_agree(t, uri)
