@@ -245,3 +245,24 @@ def test_a_reader_sees_the_old_or_the_new_export_at_every_step(
     assert sum(s.startswith("delete") for s in seen) >= 4, seen
     assert export_leaks(store) == []
     readers_agree(t, uri)
+
+
+def test_an_export_that_cannot_show_the_purged_version_is_dropped(tmp_path: Path) -> None:
+    """A Delta export stuck at an older version (the files now store a renamed
+    column under two names) would keep the old files and the values alive: the
+    erasure drops it whole, and says so."""
+    uri = tmp_path / "t"
+    t = caslake.create_table(str(uri), SCHEMA)
+    t.append(batch(0, 40, secret=True))
+    t.export_delta()
+    t.export_iceberg()
+    t.update_schema().rename_column("n", "m").commit()
+    t.append(batch(40, 60, names=("id", "email", "m")))
+    report = t.purge(WHERE, expire=True)
+    (delta,) = [e for e in report.exports if e.startswith("delta")]
+    assert "dropped" in delta and "ExportColumnsDiverged" not in delta
+    assert not any(True for p in ("_delta_log/", "dv/") for _ in t.store.list(p))
+    assert export_leaks(t.store) == []
+    schema = pa.schema([pa.field(f.name, f.type) for f in t.schema])
+    loc = t.export_iceberg().location
+    assert pyiceberg_rows(loc, schema).equals(caslake_rows(t))
