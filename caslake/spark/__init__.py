@@ -52,13 +52,15 @@ __all__ = [
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``caslake`` data source on ``spark`` and enable filter pushdown
-    (``spark.sql.python.filterPushdown.enabled``), which the reader implements.
+    """Register the ``caslake`` data source on ``spark``.
+
+    The reader takes no pushed filters (PySpark 4.3 would reuse a pushed read for
+    other queries of the same DataFrame; see :mod:`caslake.spark.source`), so
+    ``spark.sql.python.filterPushdown.enabled`` is left as it is: Spark filters.
 
     Writes: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``.
     PySpark 4.3 refuses the other save modes (``errorifexists``, its default,
     ``error`` and ``ignore``) for Python data sources before caslake runs; use
     ``caslake.spark.save(df, uri, mode="errorifexists")`` for those (any of the
     five modes, with Spark's meaning, and caslake errors raised as themselves)."""
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(CaslakeDataSource)

@@ -2,15 +2,23 @@
 
 Read: ``spark.read.format("caslake").option(...).load(uri)``.  The reader pins
 one snapshot when the read is planned (its constructor resolves ``version`` /
-``timestamp`` or the latest version once), plans the scan on the driver with
-the absorbed filters (file and row-group pruning), and hands every executor
-task a :class:`~caslake.table.scan.SnapshotSubset` (manifest entries, their
-tombstones, the surviving row groups: a run of one large file's row groups, or
-several small files packed together, sized as Spark sizes its own file
-partitions; see :func:`plan_partitions`), the columns and the predicate.  The
-task runs caslake's own Scan on that subset, so deletes and the exact row
-filter apply as in ``Table.scan``; no metadata is re-read on executors.  Tasks
-yield Arrow record batches straight to Spark (no per-row Python).
+``timestamp`` or the latest version once), plans the scan on the driver, and
+hands every executor task a :class:`~caslake.table.scan.SnapshotSubset`
+(manifest entries, their tombstones, the row groups: a run of one large file's
+row groups, or several small files packed together, sized as Spark sizes its
+own file partitions; see :func:`plan_partitions`) and the columns.  The task
+runs caslake's own Scan on that subset, so deletes apply as in ``Table.scan``;
+no metadata is re-read on executors.  Tasks yield Arrow record batches straight
+to Spark (no per-row Python).
+
+The reader takes no pushed filters (it does not implement ``pushFilters``):
+PySpark 4.3 keeps the read planned by a query's filter pushdown (the pickled
+reader and its partitions) on the loaded DataFrame's data source object and
+reuses it, without calling Python, for every later query of that DataFrame
+(or a temp view of it) that has no filter Spark can hand to Python -- a plain
+``count()``, an ``OR`` -- so a pruned read would leak into them (issue 27).
+Spark applies every filter itself; for file and row-group pruning use
+``caslake.spark.read_native`` (Spark's Parquet reader) or ``Table.scan``.
 
 Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``
 (:mod:`caslake.spark.write`): one table commit per job; options ``txnAppId`` +
@@ -38,7 +46,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
-    Filter,
     InputPartition,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -50,7 +57,6 @@ from caslake.errors import (
     SchemaMismatch,
 )
 from caslake.expr import Expr
-from caslake.spark.filters import split_filters
 from caslake.spark.types import (
     conform_for_read,
     spark_schema_for,
@@ -289,29 +295,25 @@ class CaslakeReader(DataSourceReader):
                     f"column {f.name!r} is {have.simpleString()} at version {self.version} "
                     f"but the read expects {f.dataType.simpleString()} (the table changed "
                     "since the schema was read: load it again)", column=f.name)
-        self.where: Expr | None = None
         self.parallelism = options.min_partitions or default_parallelism()
 
-    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
-        arrow = self.table_schema.to_arrow()
-        self.where, rest = split_filters(list(filters), arrow)
-        return rest
+    # No pushFilters: see the module docstring.  Everything partitions() and read()
+    # use is fixed by the constructor (options, schema, pinned snapshot), so a read
+    # Spark reuses for another query of the same DataFrame returns the same rows.
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.options
         store = open_store(opts.uri, opts.storage_options or None)
         io = MetadataIO(store)
         snapshot = Snapshot(io.load_manifest(self.manifest_key), self.manifest_key)
-        tasks = Scan(io, FooterCache(), snapshot, self.columns, self.where).plan().tasks
-        where_text = str(self.where) if self.where is not None else ""
+        tasks = Scan(io, FooterCache(), snapshot, self.columns, None).plan().tasks
         out: list[InputPartition] = []
         for part in plan_partitions(tasks, self.parallelism):
             files = [tasks[i].file for i in part]
             groups = {tasks[i].file.path: g for i, g in part.items()}
             out.append(CaslakePartition(
                 uri=opts.uri, storage_options=opts.storage_options,
-                subset=SnapshotSubset.of(snapshot, files, groups), columns=self.columns,
-                where=self.where, where_text=where_text))
+                subset=SnapshotSubset.of(snapshot, files, groups), columns=self.columns))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
