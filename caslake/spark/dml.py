@@ -42,6 +42,7 @@ from pyspark.sql.types import BinaryType, LongType, StringType, StructField, Str
 
 from caslake.api import CommitResult, open_table
 from caslake.errors import (
+    CaslakeError,
     CommitConflict,
     InvalidArgument,
     SchemaMismatch,
@@ -51,6 +52,7 @@ from caslake.errors import (
 from caslake.expr import Expr
 from caslake.format.keys import new_token
 from caslake.spark.messages import data_file_from_json
+from caslake.spark.save import caslake_error_from_spark
 from caslake.spark.types import conform_for_read, conform_for_write, spark_type_for
 from caslake.spark.write import WriteTarget
 from caslake.store import open_store
@@ -251,8 +253,11 @@ def _written_files(target: WriteTarget, job_id: str, batches: Iterator[pa.Record
 
 
 def _key_table(batches: list[pa.RecordBatch], target: pa.Schema, keys: list[str]) -> pa.Table:
+    """The distinct keys in the table's types.  Nullable fields whatever the table
+    says (as conform_for_write gives them): the keys carry no NULL (they were
+    dropped: a NULL key never matches), so a NOT NULL key column holds too."""
     conformed = [conform_for_write(b, target) for b in batches]
-    schema = pa.schema([target.field(k) for k in keys])
+    schema = pa.schema([pa.field(k, target.field(k).type) for k in keys])
     table = pa.Table.from_batches(conformed, schema=schema) if conformed else schema.empty_table()
     return table.group_by(keys).aggregate([])
 
@@ -282,8 +287,16 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
     started = table.context.meter()  # before the tasks upload: gc's fence counts from here
     # Checks df's columns against the table before any task runs.
     writer = WriteTarget(uri, dict(storage_options or {}), df.schema)
-    entries = df.mapInArrow(functools.partial(_written_files, writer, new_token()),
-                            "file string").collect()
+    try:
+        entries = df.mapInArrow(functools.partial(_written_files, writer, new_token()),
+                                "file string").collect()
+    except CaslakeError:
+        raise
+    except Exception as e:  # a caslake error in a task (a NULL in a NOT NULL column...)
+        raised = caslake_error_from_spark(e)
+        if raised is None:
+            raise
+        raise raised from None
     schema = table.table_schema
     files = [data_file_from_json(json.loads(r["file"]), schema) for r in entries]
     # Files are deleted on a failure only when no commit of them can have landed:

@@ -27,13 +27,15 @@ from collections.abc import Mapping
 from pyspark.sql import DataFrame
 
 from caslake import errors
-from caslake.errors import CaslakeError, InvalidArgument, TableAlreadyExists
+from caslake.errors import CaslakeError, InvalidArgument, SchemaMismatch, TableAlreadyExists
 from caslake.format.keys import POINTER_KEY
 from caslake.store import open_store
 
 MODES = ("errorifexists", "error", "ignore", "append", "overwrite")
 # the last line of the Python traceback Spark embeds in its error text
 _CASLAKE_ERROR = re.compile(r"caslake\.errors\.(\w+): (.+)")
+# the column a SchemaMismatch message names first ("column 'v' is not nullable ...")
+_COLUMN = re.compile(r"column '([^']+)'")
 
 
 def save(df: DataFrame, uri: str, mode: str = "errorifexists", *,
@@ -80,4 +82,8 @@ def caslake_error_from_spark(exc: BaseException) -> CaslakeError | None:
     error: CaslakeError = cls.__new__(cls)
     Exception.__init__(error, f"{name}: {message.strip()}")
     error.spark_error = exc  # type: ignore[attr-defined]
+    if isinstance(error, SchemaMismatch):  # its attributes, as far as the text has them
+        column = _COLUMN.search(message)
+        error.column = column.group(1) if column else None
+        error.expected = error.actual = None
     return error
