@@ -24,7 +24,9 @@ Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``
 (:mod:`caslake.spark.write`): one table commit per job; options ``txnAppId`` +
 ``txnVersion`` make it idempotent.  Streaming: ``df.writeStream.format("caslake")``
 (:mod:`caslake.spark.stream`): one commit per micro-batch, exactly once across
-restarts.  Commit and abort rules: :mod:`caslake.spark.commit`.
+restarts.  Commit and abort rules: :mod:`caslake.spark.commit`.  Streaming reads
+(``spark.readStream.format("caslake")``) are not supported yet: a query fails at
+start with an :class:`~caslake.errors.InvalidArgument` saying so.
 
 Options: ``storage_options`` (a JSON object) and ``storage.<key>`` (one each);
 for reads also ``version``, ``timestamp`` (ISO-8601 or epoch milliseconds),
@@ -40,15 +42,18 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     InputPartition,
+    SimpleDataSourceStreamReader,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from caslake.api import open_table
@@ -324,6 +329,41 @@ class CaslakeReader(DataSourceReader):
                 for piece in slice_batch(b, READ_BATCH_ROWS))
 
 
+# --- streaming reads (not supported yet) ------------------------------------------
+
+
+def refuse_stream_read(uri: str) -> NoReturn:
+    raise InvalidArgument(
+        f"streaming reads from caslake are not supported yet (spark.readStream.format("
+        f"'caslake') of {uri}); read the table in batch with spark.read.format('caslake'), "
+        "e.g. per version with option 'version'")
+
+
+class UnsupportedStreamReader(DataSourceStreamReader):
+    """What ``CaslakeDataSource.streamReader`` returns until streaming reads exist:
+    the first call that would plan or read raises :class:`InvalidArgument` saying so.
+
+    Returned, not raised from ``streamReader``: PySpark 4.3's stream runner calls
+    ``reader.stop()`` in a ``finally`` around the reader's creation, so an error
+    raised there reaches the user as ``UnboundLocalError`` instead."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+    def initialOffset(self) -> dict[str, object]:
+        refuse_stream_read(self.uri)
+
+    def latestOffset(self, start: dict[str, object], limit: ReadLimit) -> dict[str, object]:
+        refuse_stream_read(self.uri)
+
+    def partitions(self, start: dict[str, object], end: dict[str, object]
+                   ) -> Sequence[InputPartition]:
+        refuse_stream_read(self.uri)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        refuse_stream_read(self.uri)
+
+
 # --- the data source --------------------------------------------------------------
 
 
@@ -343,6 +383,12 @@ class CaslakeDataSource(DataSource):
 
     def reader(self, schema: StructType) -> CaslakeReader:
         return CaslakeReader(ReadOptions.parse(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return UnsupportedStreamReader(str(self.options.get("path") or "(no path)"))
+
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        refuse_stream_read(str(self.options.get("path") or "(no path)"))
 
     def _sink_uri(self) -> str:
         uri = self.options.get("path")
