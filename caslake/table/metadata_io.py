@@ -130,12 +130,32 @@ class MetadataIO:
 
     def iter_live_files(self, snap: Snapshot) -> Iterator[DataFile]:
         """Every data file of the version, streamed one segment block at a time."""
+        return self.iter_pruned_files(snap, None)
+
+    def iter_pruned_files(self, snap: Snapshot, might_match: MightMatch | None
+                          ) -> Iterator[DataFile]:
+        """:meth:`pruned_files`, streamed one segment block at a time."""
         m = snap.manifest
         for f in iter_segment_files(self.store, m.segments, snap.key,
-                                    self._manifest_segment(snap.key)):
+                                    self._manifest_segment(snap.key), might_match):
             if f.path not in m.removed:
                 yield f
         yield from m.files
+
+    @staticmethod
+    def pruned_bytes(snap: Snapshot, might_match: MightMatch | None,
+                     file_might_match: Callable[[DataFile], bool] | None = None) -> int:
+        """Stored bytes of the version's entries in segments whose summaries might
+        match, plus its inline entries that ``file_might_match``: an estimate for
+        sizing work (removed entries and pruned blocks are counted), from the
+        manifest alone."""
+        m = snap.manifest
+        if might_match is None:
+            return m.totals.bytes
+        return sum(r.byte_count for r in m.segments
+                   if not r.is_object or might_match(r.stats or {}, r.row_count, r.manifest)
+                   ) + sum(f.size for f in m.files
+                           if file_might_match is None or file_might_match(f))
 
     # --- time travel ---------------------------------------------------------------
 

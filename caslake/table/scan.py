@@ -81,6 +81,10 @@ COLUMN_THREADS_BYTES = 1024 * 1024
 #: A work unit: runs of row groups of one or more files, ``(task, row groups)`` in order.
 Unit = tuple[tuple["FileTask", list[int]], ...]
 FOOTER_WINDOW = 16  # footers fetched ahead of a streaming scan
+# Files in one work unit at most.  Units pack small files up to the unit size, and
+# a streaming scan queues a few units before its first batch: uncapped, 4 MB of
+# one-row files was thousands of footers and reads before the first row (issue 27).
+MAX_UNIT_FILES = 32
 #: Each data file's dictionary-only column chunks, by (path, footer CRC-32 from the
 #: manifest, which the footer was checked against; a file without one uses its
 #: footer's own memo): process-wide, because a table
@@ -407,40 +411,64 @@ class Scan(ArrowExport):
 
     @property
     def _streams(self) -> bool:
-        """An unfiltered scan of a whole snapshot streams its entries block by block."""
+        """An unfiltered scan of a whole snapshot streams its entries block by block,
+        even into ``to_arrow`` (its work units are sized from the manifest's totals)."""
         return isinstance(self.source, Snapshot) and self._bound is None
 
+    def _lazy(self, streaming: bool) -> bool:
+        """Whether to plan as the read goes (footers fetched as the files are
+        reached) rather than from a finished plan: always for a streaming consumer
+        (``to_batches``), else for an unfiltered snapshot scan."""
+        return self._plan is None and (streaming or self._streams)
+
     def _stream_files(self) -> tuple[Iterator[tuple[DataFile, DeletionMask | None]],
-                                     Mapping[str, frozenset[int]]]:
-        """The files to read, in order, each with its deletion mask.  An unfiltered
-        scan of a snapshot streams them segment block by block (masks loaded per
-        file), so its first batch does not wait for every entry to be decoded."""
+                                     Mapping[str, frozenset[int]], int]:
+        """The files to read, in order, each with its deletion mask; any row-group
+        restriction; and the stored bytes they are drawn from, from what the
+        manifest holds (no footer), to size work units by.  Entries are decoded a
+        segment block at a time and pruned by statistics as they come, and each
+        file's mask is loaded when the file is reached (its tombstones found
+        through an index of the snapshot's references built once), so the first
+        file waits for no other file, whatever the snapshot's size or history."""
         src = self.source
-        if self._plan is None and isinstance(src, Snapshot) and self._streams:
-            refs = src.manifest.tombstones
-            named = {p for r in refs for p in r.files}
-            schema = self.table_schema
+        files: Iterable[DataFile]
+        if isinstance(src, Snapshot):
+            refs: Sequence[TombstoneRef] = src.manifest.tombstones
+            matcher = (None if self._bound is None
+                       else summary_matcher(self._bound, schema=self.table_schema))
+            files = self._io.iter_pruned_files(src, matcher)
+            total = self._io.pruned_bytes(src, matcher, self._file_might_match)
+            only_groups: Mapping[str, frozenset[int]] = {}
+        else:
+            files, refs, only_groups = src.files, src.tombstones, src.row_groups
+            total = sum(f.size for f in src.files)
+        touching: dict[str, list[TombstoneRef]] = {}
+        for ref in refs:
+            for path in ref.files:
+                touching.setdefault(path, []).append(ref)
+        schema = self.table_schema
 
-            def stream() -> Iterator[tuple[DataFile, DeletionMask | None]]:
-                for f in self._io.iter_live_files(src):
-                    if f.row_count == 0:
-                        continue
-                    mask = None
-                    if f.path in named:
-                        mask = load_masks(self._store, self._tombstones, refs, {f.path: f},
-                                          [f.path], schema, complete=False).get(f.path)
-                    yield f, mask
-            return stream(), {}
-        prep = self._prepare()
-        return ((f, prep.masks.get(f.path)) for f in prep.kept), prep.only_groups
+        def stream() -> Iterator[tuple[DataFile, DeletionMask | None]]:
+            for f in files:
+                if f.row_count == 0 or not self._file_might_match(f):
+                    continue
+                mask = None
+                if f.path in touching:
+                    mask = load_masks(self._store, self._tombstones, touching[f.path],
+                                      {f.path: f}, [f.path], schema, complete=False
+                                      ).get(f.path)
+                yield f, mask
+        return stream(), only_groups, total
 
-    def _tasks(self) -> Iterator[FileTask]:
-        """The plan's tasks in order; without a finished plan, footers are fetched
-        lazily, a bounded window ahead, so the first task needs one footer, not all."""
-        if self._plan is not None:
-            yield from self._plan.tasks
-            return
-        pending, only_groups = self._stream_files()
+    def _tasks(self) -> tuple[Iterator[FileTask], int]:
+        """The tasks of a scan planned as it goes (:meth:`_stream_files`), in order,
+        and the stored bytes they are drawn from: footers are fetched a bounded
+        window ahead, so the first task needs one footer, not all."""
+        files, only_groups, stored = self._stream_files()
+        return self._lazy_tasks(files, only_groups), stored
+
+    def _lazy_tasks(self, pending: Iterator[tuple[DataFile, DeletionMask | None]],
+                    only_groups: Mapping[str, frozenset[int]]) -> Iterator[FileTask]:
         counts = [0, 0, 0]
         window: deque[tuple[DataFile, DeletionMask | None, Future[FooterInfo]]] = deque()
         # Footer fetches never submit to a pool and wait: sharing cannot deadlock.
@@ -470,28 +498,36 @@ class Scan(ArrowExport):
 
     # --- execution -------------------------------------------------------------
 
-    def _units(self) -> Iterator[Unit]:
+    def _units(self, lazy: bool | None = None) -> Iterator[Unit]:
         """Work units: runs of row groups, in scan order, each at most ``UNIT_BYTES``
-        of column chunks, and small enough that there are ``UNITS_PER_THREAD`` units
-        per scan thread (so every core decodes), but not below ``MIN_UNIT_BYTES``.
-        A unit may span files (one segment per file): cut per file, a small file, or
-        the end of each file, became a small unit that ran alone on one core at the
-        end.  Each cut falls at the row group boundary nearest a multiple of the
-        unit size, so the units come out equal to within a row group.  An
-        unfiltered scan of a snapshot streams its tasks (footers fetched as it
-        goes), sizing units by the snapshot's stored bytes scaled to the share of
-        them the first file's projected column chunks hold (the stored bytes are
-        every column's: a 2-column scan of a wide table would otherwise get one
-        unit per file, and one core would decode it all)."""
+        of column chunks and ``MAX_UNIT_FILES`` files, and small enough that there
+        are ``UNITS_PER_THREAD`` units per scan thread (so every core decodes), but
+        not below ``MIN_UNIT_BYTES``.  A unit may span files (one segment per
+        file): cut per file, a small file, or the end of each file, became a small
+        unit that ran alone on one core at the end.  Each cut falls at the row
+        group boundary nearest a multiple of the unit size, so the units come out
+        equal to within a row group.
+
+        ``lazy`` (:meth:`_lazy`): the tasks stream in (footers fetched as they are
+        reached), and units are sized by the stored bytes the manifest gives for
+        the files the scan may read (:meth:`_stream_files`), scaled to the share
+        of them the first file's projected column chunks hold (the stored bytes
+        are every column's: a 2-column scan of a wide table would otherwise get
+        one unit per file, and one core would decode it all).  The file cap keeps
+        a unit's footers and reads bounded however small the files are, so the
+        first units, and the first batch, wait for O(1) files.  Otherwise units
+        are sized by the finished plan's exact bytes.  (None: as ``to_arrow``.)"""
         tasks: Iterable[FileTask]
-        if self._plan is None and self._streams:
-            stream = self._tasks()
-            first = next(stream, None)
+        if lazy is None:
+            lazy = self._lazy(streaming=False)
+        if lazy:
+            pending, stored = self._tasks()
+            first = next(pending, None)
             if first is None:
                 return
-            tasks = itertools.chain([first], stream)
+            tasks = itertools.chain([first], pending)
             share = first.bytes_to_read / max(1, first.file.size)
-            total = int(self.snapshot.manifest.totals.bytes * min(1.0, share))
+            total = int(stored * min(1.0, share))
         else:
             tasks = self.plan().tasks
             total = sum(t.bytes_to_read for t in tasks)
@@ -500,6 +536,10 @@ class Scan(ArrowExport):
         done = 0  # bytes of the row groups before ``rg``
         cut = limit  # the next multiple of the limit
         for t in tasks:
+            if len(unit) >= MAX_UNIT_FILES:  # many small files: cut at the cap
+                yield tuple(unit)
+                unit = []
+                cut = done + limit
             col_idx = t.column_indexes
             group: list[int] = []
             for rg in t.row_groups:
@@ -625,7 +665,8 @@ class Scan(ArrowExport):
         """Per segment of a work unit, in scan order: its file, and the projected
         live rows that match ``where`` with their file positions in a ``__pos``
         column.  Units are decoded on the scan pool, ``threads() + 1`` ahead."""
-        yield from self._in_order(threads() + 1, with_positions=True)
+        yield from self._in_order(threads() + 1, with_positions=True,
+                                  lazy=self._lazy(streaming=False))
 
     def _read_segments(self, unit: Unit, column_threads: bool, with_positions: bool
                        ) -> list[tuple[FileTask, pa.Table]]:
@@ -636,22 +677,27 @@ class Scan(ArrowExport):
                 for task, groups in unit]
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        """Stream the rows; the first batch waits only for the first work unit's
-        footer and chunks (footers further on are fetched as the stream advances)."""
-        return self._stream(ahead=threads() + 1)
+        """Stream the rows; the first batch waits only for the first work units'
+        footers and chunks (O(1) files: footers further on are fetched, and
+        tombstones loaded, as the stream advances), with or without ``where``."""
+        return self._stream(ahead=threads() + 1, lazy=self._lazy(streaming=True))
 
-    def _stream(self, ahead: int | None) -> Iterator[pa.RecordBatch]:
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        """The rows as record batches: :meth:`to_batches`."""
+        return self.to_batches()
+
+    def _stream(self, ahead: int | None, lazy: bool) -> Iterator[pa.RecordBatch]:
         """The rows, unit by unit in order, at most ``ahead`` units decoded or
         queued ahead of the consumer (``None``: every unit at once)."""
-        for _, table in self._in_order(ahead, with_positions=False):
+        for _, table in self._in_order(ahead, with_positions=False, lazy=lazy):
             yield from table.to_batches()
 
-    def _in_order(self, ahead: int | None, with_positions: bool
+    def _in_order(self, ahead: int | None, with_positions: bool, lazy: bool
                   ) -> Iterator[tuple[FileTask, pa.Table]]:
         """Every segment of every work unit with its rows, in scan order; the units
         are read on the scan pool, at most ``ahead`` decoded or queued ahead of
-        the consumer (``None``: every unit at once)."""
-        units = self._units()
+        the consumer (``None``: every unit at once).  ``lazy``: see :meth:`_units`."""
+        units = self._units(lazy)
         first = list(itertools.islice(units, max(2, threads())))
         if len(first) == 1:  # nothing to overlap: read inline, no thread hand-off
             # pyarrow decodes the columns in parallel only if that pays for its
@@ -695,7 +741,9 @@ class Scan(ArrowExport):
     def to_arrow(self) -> pa.Table:
         # Every result is kept, so every unit is queued at once: a bounded window
         # in consumption order would leave a core idle behind a slow unit.
-        return pa.Table.from_batches(list(self._stream(ahead=None)), schema=self.schema)
+        return pa.Table.from_batches(list(self._stream(ahead=None,
+                                                       lazy=self._lazy(streaming=False))),
+                                     schema=self.schema)
 
     def count(self) -> int:
         return sum(b.num_rows for b in self.to_batches())

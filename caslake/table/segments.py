@@ -200,12 +200,19 @@ def _must_fetch(store: ObjectStore, ref: SegmentRef, might_match: MightMatch | N
 
 
 def iter_segment_files(store: ObjectStore, refs: Sequence[SegmentRef], where: str,
-                       load_manifest_files: LoadManifestFiles) -> Iterator[DataFile]:
-    """Every entry of every reference, one segment block at a time (bounded memory)."""
+                       load_manifest_files: LoadManifestFiles,
+                       might_match: MightMatch | None = None) -> Iterator[DataFile]:
+    """Every entry of every reference, one segment block at a time (bounded memory);
+    with ``might_match``, only those of segments and blocks whose summaries might
+    match (as :func:`segment_files`; such blocks are cached like a pruned read's)."""
     for ref in refs:
         if not ref.is_object:
             yield from load_manifest_files(ref)
             continue
+        if might_match is not None and not might_match(ref.stats or {}, ref.row_count,
+                                                       ref.manifest):
+            continue
         seg = open_segment(store, ref, where)
-        for i in range(len(seg.blocks)):
-            yield from segment_block(store, seg, i, keep=False)
+        for i, block in enumerate(seg.blocks):
+            if might_match is None or might_match(block.stats, block.rows, ref.manifest):
+                yield from segment_block(store, seg, i, keep=might_match is not None)
