@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 import re
 import struct
@@ -266,15 +265,17 @@ def write_checkpoint(actions: list[dict[str, Any]]) -> bytes:
         row: dict[str, Any] = {f.name: None for f in _CHECKPOINT_SCHEMA}
         row[kind] = _to_row(body, _CHECKPOINT_SCHEMA.field(kind).type)
         rows.append(row)
-    buf = io.BytesIO()
+    # Arrow's own buffers, not io.BytesIO: no Arrow thread calls back into Python
+    # (verify.py says why that matters at interpreter shutdown).
+    buf = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(rows, schema=_CHECKPOINT_SCHEMA), buf,
                    compression="zstd")
-    return buf.getvalue()
+    return bytes(buf.getvalue())
 
 
 def read_checkpoint(store: ObjectStore, key: str) -> list[dict[str, Any]]:
     try:
-        table = pq.read_table(io.BytesIO(store.get(key).data))
+        table = pq.read_table(pa.BufferReader(store.get(key).data))
     except NotFound:
         raise
     except (OSError, ValueError, pa.ArrowException) as e:
