@@ -17,8 +17,11 @@ reader and its partitions) on the loaded DataFrame's data source object and
 reuses it, without calling Python, for every later query of that DataFrame
 (or a temp view of it) that has no filter Spark can hand to Python -- a plain
 ``count()``, an ``OR`` -- so a pruned read would leak into them (issue 27).
-Spark applies every filter itself; for file and row-group pruning use
-``caslake.spark.read_native`` (Spark's Parquet reader) or ``Table.scan``.
+Spark applies every filter itself.  For file and row-group pruning, the read
+option ``where`` (a caslake predicate, SQL text) narrows the DataFrame itself:
+its read is planned with it, so reusing that read for the DataFrame's later
+queries is right by construction.  ``caslake.spark.read_native`` (Spark's
+Parquet reader) prunes by Spark's own filters.
 
 Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``
 (:mod:`caslake.spark.write`): one table commit per job; options ``txnAppId`` +
@@ -30,7 +33,8 @@ start with an :class:`~caslake.errors.InvalidArgument` saying so.
 
 Options: ``storage_options`` (a JSON object) and ``storage.<key>`` (one each);
 for reads also ``version``, ``timestamp`` (ISO-8601 or epoch milliseconds),
-``columns`` (a comma list narrowing the schema) and ``minPartitions`` (the
+``columns`` (a comma list narrowing the schema), ``where`` (a predicate the
+DataFrame's rows satisfy, pruning files and row groups) and ``minPartitions`` (the
 cores to spread a read over, as Spark's ``spark.sql.files.minPartitionNum``;
 default: the planning process's cores, which is Spark's default in local mode).
 """
@@ -61,7 +65,6 @@ from caslake.errors import (
     InvalidArgument,
     SchemaMismatch,
 )
-from caslake.expr import Expr
 from caslake.spark.types import (
     conform_for_read,
     spark_schema_for,
@@ -134,6 +137,7 @@ class ReadOptions:
     timestamp: str | int | None = None
     columns: list[str] | None = None
     min_partitions: int | None = None  # None: default_parallelism() of the planner
+    where: str | None = None  # the DataFrame's own predicate (SQL text)
 
     @staticmethod
     def parse(options: Mapping[str, str]) -> ReadOptions:
@@ -165,8 +169,9 @@ class ReadOptions:
             if min_partitions < 1:
                 raise InvalidArgument(f"option {MIN_PARTITIONS} must be an integer >= 1, "
                                       f"not {raw!r}")
+        where = (options.get("where") or "").strip() or None
         return ReadOptions(uri, storage_options_from(options), version, ts, columns,
-                           min_partitions)
+                           min_partitions, where)
 
 
 # --- reading ----------------------------------------------------------------------
@@ -180,8 +185,7 @@ class CaslakePartition(InputPartition):
     storage_options: dict[str, str]
     subset: SnapshotSubset  # its files, their tombstones, the row groups to read
     columns: list[str]
-    where: Expr | None = None
-    where_text: str = ""
+    where: str | None = None  # the read option ``where``: the DataFrame's own predicate
 
     def __post_init__(self) -> None:
         super().__init__(self.path)
@@ -287,8 +291,10 @@ class CaslakeReader(DataSourceReader):
         self.schema = schema
         self.columns = list(schema.fieldNames())
         table = open_table(options.uri, storage_options=options.storage_options or None)
-        scan = table.scan(columns=self.columns, version=options.version,
-                          as_of=options.timestamp)  # pins the snapshot, once
+        # Pins the snapshot, once; binds the ``where`` option (an InvalidPredicate
+        # naming the construct is raised here, before any task runs).
+        scan = table.scan(columns=self.columns, where=options.where, version=options.version,
+                          as_of=options.timestamp)
         self.version = scan.snapshot.version
         self.manifest_key = scan.snapshot.key
         self.table_schema = scan.snapshot.manifest.schema
@@ -303,22 +309,24 @@ class CaslakeReader(DataSourceReader):
         self.parallelism = options.min_partitions or default_parallelism()
 
     # No pushFilters: see the module docstring.  Everything partitions() and read()
-    # use is fixed by the constructor (options, schema, pinned snapshot), so a read
-    # Spark reuses for another query of the same DataFrame returns the same rows.
+    # use is fixed by the constructor (options -- the ``where`` option included --,
+    # schema, pinned snapshot), so a read Spark reuses for another query of the same
+    # DataFrame returns the same rows.
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.options
         store = open_store(opts.uri, opts.storage_options or None)
         io = MetadataIO(store)
         snapshot = Snapshot(io.load_manifest(self.manifest_key), self.manifest_key)
-        tasks = Scan(io, FooterCache(), snapshot, self.columns, None).plan().tasks
+        tasks = Scan(io, FooterCache(), snapshot, self.columns, opts.where).plan().tasks
         out: list[InputPartition] = []
         for part in plan_partitions(tasks, self.parallelism):
             files = [tasks[i].file for i in part]
             groups = {tasks[i].file.path: g for i, g in part.items()}
             out.append(CaslakePartition(
                 uri=opts.uri, storage_options=opts.storage_options,
-                subset=SnapshotSubset.of(snapshot, files, groups), columns=self.columns))
+                subset=SnapshotSubset.of(snapshot, files, groups), columns=self.columns,
+                where=opts.where))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -394,7 +402,7 @@ class CaslakeDataSource(DataSource):
         uri = self.options.get("path")
         if not uri:
             raise InvalidArgument("caslake needs the table URI: .save(uri) or .start(uri)")
-        for opt in ("version", "timestamp", "columns", MIN_PARTITIONS):
+        for opt in ("version", "timestamp", "columns", "where", MIN_PARTITIONS):
             if self.options.get(opt):
                 raise InvalidArgument(f"option {opt} only applies to reads")
         return str(uri)

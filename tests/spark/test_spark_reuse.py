@@ -169,3 +169,33 @@ def _differential(spark: SparkSession, tables: tuple[str, str], seed: int) -> No
         if got != want:
             wrong.append(f"query {i} {q}: caslake {_size(got)} rows, parquet {_size(want)}")
     assert not wrong, f"seed {seed}: " + "; ".join(wrong)
+
+
+def test_the_where_option_prunes_and_is_part_of_the_dataframe(
+        spark: SparkSession, tables: tuple[str, str]) -> None:
+    """``option("where", ...)`` is the DataFrame's own predicate: its read is pruned
+    (fewer partitions: whole files drop out) and every later query of that DataFrame,
+    reused or through a view, sees exactly the matching rows, as the same filter
+    applied to Spark's Parquet reader gives them."""
+    uri, pq_dir = tables
+    where = "x < 2000 AND s IS NOT NULL"
+    narrow = spark.read.format("caslake").option("where", where).load(uri)
+    whole = spark.read.format("caslake").load(uri)
+    plain = spark.read.parquet(pq_dir).where(where)
+    assert narrow.rdd.getNumPartitions() < whole.rdd.getNumPartitions()
+    want = plain.count()
+    assert 0 < want < N
+    assert narrow.count() == want
+    assert narrow.where("y > 50").count() == plain.where("y > 50").count()
+    assert narrow.count() == want  # reused after a filtered query
+    narrow.createOrReplaceTempView("narrow_v")
+    assert spark.sql("select count(*) from narrow_v").collect()[0][0] == want
+    assert sorted(narrow.collect()) == sorted(plain.select(*narrow.columns).collect())
+    assert whole.count() == N  # another DataFrame of the table is not narrowed
+
+
+def test_a_bad_where_option_is_refused_naming_the_column(
+        spark: SparkSession, tables: tuple[str, str]) -> None:
+    uri, _ = tables
+    with pytest.raises(Exception, match="nope"):
+        spark.read.format("caslake").option("where", "nope > 1").load(uri).count()
