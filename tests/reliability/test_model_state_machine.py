@@ -34,6 +34,16 @@ acknowledged commit (``CommitResult.commit_id``) is in the history at the
 version it was acknowledged at, and the history has exactly the versions the
 model has; every few steps (and at the end, deep and over all versions)
 ``verify_table`` finds every referenced object.
+
+A second machine (``ReadPathsMachine``, ``test_model_read_paths``; Spark) reads a
+local table through every read path of ``tests/reliability/read_paths.py`` -- the
+scan, Spark ``load`` (one DataFrame a version, reused across filtered and
+unfiltered queries and a temp view), ``read_native``, the Iceberg and Delta exports
+with pyiceberg, deltalake and DuckDB, Parquet datasets -- against a model of every
+version's columns and rows, under renames, drop and re-add of a column, new
+columns, compaction, gc, ``purge(expire=True)`` with an erasure check that decodes
+every object, and clone chains three deep; ``test_clone_chain_read_paths`` reads
+such a chain through every path.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from __future__ import annotations
 import io
 import os
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -50,7 +61,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, event, note, settings
+from hypothesis import HealthCheck, Phase, event, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -88,6 +99,7 @@ from caslake.store.faults import Fault, FaultyStore, SimulatedCrash
 from caslake.store.memory import forget_memory_space
 from caslake.table.commit import CommitPolicy
 from tests.export.readers import deltalake_rows
+from tests.reliability import read_paths as rp
 from tests.reliability.test_crash_every_step import (
     ExportReaders,
     iceberg_metadata_key,
@@ -1094,3 +1106,454 @@ def test_dataset_model_memory() -> None:
     print(f"\ndataset outcomes: {dict(sorted(stats.items()))}")
     assert {"race -> DatasetConflict", "race -> DatasetAlreadyExists"} & set(stats), stats
     assert any(k.startswith("after -> ok") for k in stats), stats  # a lost reply, settled
+
+
+# --- read paths: schema changes, clones and purge, read through every reader ---------------
+
+# One local table (so Spark and the outside readers can open it) next to a model of
+# every version's columns and rows.  Every step reads the head with caslake's scan;
+# every CHECKPOINT_EVERY steps and at the end, versions are read through every other
+# path of tests/reliability/read_paths.py (Spark is the slow part: ~1-3 s a version).
+
+WORDS = ("amber", "basalt", "cobalt")
+COLUMN_NAMES = ("s", "f", "g", "h", "s2", "f2")
+ARROW_TYPES = {"string": pa.string(), "float64": pa.float64(), "int64": pa.int64()}
+READ_PATHS_LAYOUT = caslake.WriteOptions(target_file_size=2_500, row_group_size=2)
+CHECKPOINT_EVERY = 5
+MAX_COLUMNS = 5
+READ_PATHS_RULES = ("append", "delete", "upsert", "rename", "drop_readd", "drop_column",
+                    "add_column", "compact", "gc", "purge", "clone_chain")
+# Operations that must have made a version somewhere in the run.
+READ_PATHS_VERSIONS = ("delete", "rename", "drop_readd", "add_column", "compact", "purge")
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column of the model: ``slot`` is its identity (a field id: a rename keeps it,
+    a drop and re-add under the same name makes a new one), and every string value
+    names its slot, so an erased value is found nowhere else."""
+
+    name: str
+    slot: int
+    type: str
+
+    def values(self) -> list[Any]:
+        if self.slot == 0:
+            return list(range(13))  # id: never NULL
+        if self.type == "string":
+            return [None, *(f"{w}-{self.slot}z" for w in WORDS)]
+        if self.type == "float64":
+            return [None, -1.5, 0.0, 2.5, 7.0]
+        return [None, -3, 0, 4, 9]
+
+    def preds(self, i: int) -> list[rp.Pred]:
+        """Predicates on this column (at position ``i`` of a row)."""
+        null = rp.Pred(f"{self.name} IS NULL", lambda r: r[i] is None)
+        if self.type == "string":
+            v = f"{WORDS[0]}-{self.slot}z"
+            return [rp.Pred(f"{self.name} = '{v}'", lambda r: r[i] == v), null]
+        return [rp.Pred(f"{self.name} > 1", lambda r: r[i] is not None and r[i] > 1), null]
+
+
+ID = Col("id", 0, "int64")
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    cols: tuple[Col, ...]
+    rows: tuple[rp.Row, ...]  # canonical order
+
+    @property
+    def expected(self) -> rp.Expected:
+        return rp.Expected(tuple(c.name for c in self.cols), self.rows)
+
+    @property
+    def evolved(self) -> bool:
+        """A column renamed, or dropped and added again, or added."""
+        return self.cols[1:3] != (Col("s", 1, "string"), Col("f", 2, "float64"))
+
+    def spark_preds(self, v: int) -> list[rp.Pred]:
+        """Turn by turn (by version), an id range or a predicate on another column
+        (one a version: each costs Spark six jobs)."""
+        lo = v % 6
+        preds = [rp.Pred(f"id BETWEEN {lo} AND {lo + 5}", lambda r: lo <= r[0] <= lo + 5)]
+        preds += [p for i, c in enumerate(self.cols) if i > 0 for p in c.preds(i)]
+        return [preds[0] if v % 2 == 0 else preds[(v // 2) % len(preds)]]
+
+
+def model_arrow(cols: tuple[Col, ...], rows: list[rp.Row]) -> pa.Table:
+    return pa.table({c.name: pa.array([r[i] for r in rows], ARROW_TYPES[c.type])
+                     for i, c in enumerate(cols)})
+
+
+def rows_st(cols: tuple[Col, ...]) -> st.SearchStrategy[list[rp.Row]]:
+    return st.lists(st.tuples(*(st.sampled_from(c.values()) for c in cols)),
+                    min_size=1, max_size=5)
+
+
+class ReadPathsMachine(RuleBasedStateMachine):
+    """Appends, deletes, upserts, renames, drop and re-add of a column (one commit or
+    two), new columns, compaction, gc, purge with erasure and chains of clones, on a
+    local table; after each step the head reads as the model (caslake's scan), and
+    at checkpoints and at the end the versions read as the model through Spark
+    (one reused DataFrame a version, a temp view, read_native), the Iceberg and
+    Delta exports (pyiceberg, deltalake and DuckDB) and Parquet datasets."""
+
+    # Set by the test function.
+    new_root: ClassVar[Callable[[], Path]]
+    spark: ClassVar[Any]
+    reads: ClassVar[Counter[str]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = self.new_root()
+        self.uri = str(self.root / "table")
+        self.datasets = str(self.root / "datasets")  # outside the table's prefix
+        cols = (ID, Col("s", 1, "string"), Col("f", 2, "float64"))
+        self.next_slot = 3
+        self.model: list[ModelVersion] = [ModelVersion(cols, ())]
+        self.oldest = 0
+        self.markers: set[int] = set()
+        self.steps = 0
+        self.spark_checked: set[int] = set()
+        self.delta_at: int | None = None  # the version the Delta export shows, if known
+        self.cloned = False
+        caslake.create_table(self.uri, pa.schema([(c.name, ARROW_TYPES[c.type]) for c in cols]),
+                             write_options=READ_PATHS_LAYOUT)
+        self.table = caslake.open_table(self.uri, write_options=READ_PATHS_LAYOUT)
+
+    @property
+    def current(self) -> ModelVersion:
+        return self.model[-1]
+
+    def _fresh(self) -> Table:
+        return caslake.open_table(self.uri)
+
+    def _committed(self, rule: str, res: CommitResult, cols: tuple[Col, ...],
+                   rows: list[rp.Row], deleted: int | None = None) -> None:
+        new = ModelVersion(cols, tuple(rp.canon(rows)))
+        self.reads[f"rule.{rule}"] += 1
+        if deleted is not None:
+            assert res.rows_deleted == deleted, (rule, res, deleted)
+        if res.noop:
+            assert new == self.current, f"{rule} was a no-op but the model changed"
+            return
+        assert res.version == len(self.model), (rule, res.version, len(self.model))
+        self.model.append(new)
+        self.reads[f"version.{rule}"] += 1
+        note(f"v{res.version} {rule}: {new.expected.names} {len(rows)} rows")
+
+    # --- rules -----------------------------------------------------------------------------
+
+    # Few rules (Hypothesis leaves a random subset of the rules out of each program,
+    # and this test runs few programs): each one draws which variant it runs.
+
+    @initialize(data=st.data())
+    def seed(self, data: st.DataObject) -> None:
+        self.append(data)
+
+    @rule(data=st.data())
+    def append(self, data: st.DataObject) -> None:
+        cols = self.current.cols
+        batch = data.draw(rows_st(cols), label="rows")
+        res = self.table.append(model_arrow(cols, batch))
+        self._committed("append", res, cols, [*self.current.rows, *batch])
+
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        """By an id range, or by a predicate on any other column."""
+        cols = self.current.cols
+        a, b = data.draw(ids, label="from"), data.draw(ids, label="to")
+        lo, hi = min(a, b), max(a, b)
+        preds = [rp.Pred(f"id BETWEEN {lo} AND {hi}", lambda r: lo <= r[0] <= hi)]
+        preds += [p for i, c in enumerate(cols) if i > 0 for p in c.preds(i)]
+        pred = data.draw(st.sampled_from(preds), label="where")
+        kept = [r for r in self.current.rows if not pred.holds(r)]
+        res = self.table.delete(pred.sql)
+        self._committed("delete", res, cols, kept, deleted=len(self.current.rows) - len(kept))
+
+    @rule(data=st.data())
+    def upsert(self, data: st.DataObject) -> None:
+        cols = self.current.cols
+        batch = data.draw(rows_st(cols), label="rows")
+        last = {r[0]: r for r in batch}
+        kept = [r for r in self.current.rows if r[0] not in last]
+        res = self.table.upsert(model_arrow(cols, batch), key=["id"], on_duplicate="last")
+        self._committed("upsert", res, cols, kept + list(last.values()))
+
+    # Schema changes: two rules, so that they come often enough.
+    @rule(data=st.data(), kind=st.sampled_from(["rename", "drop_readd"]))
+    def rename_or_readd(self, data: st.DataObject, kind: str) -> None:
+        self._schema_change(data, kind)
+
+    @rule(data=st.data(), kind=st.sampled_from(["add_column", "drop_column"]))
+    def add_or_drop(self, data: st.DataObject, kind: str) -> None:
+        self._schema_change(data, kind)
+
+    def _schema_change(self, data: st.DataObject, kind: str) -> None:
+        cols = self.current.cols
+        if len(cols) == 1 or (kind == "drop_column" and len(cols) == 2):
+            kind = "add_column"
+        if kind == "add_column" and len(cols) >= MAX_COLUMNS:
+            kind = "drop_column"
+        getattr(self, f"_{kind}")(data)
+
+    def _other_column(self, data: st.DataObject) -> tuple[int, Col]:
+        cols = self.current.cols
+        i = data.draw(st.integers(1, len(cols) - 1), label="column")
+        return i, cols[i]
+
+    def _free_name(self, data: st.DataObject) -> str:
+        taken = {c.name for c in self.current.cols}
+        return data.draw(st.sampled_from([n for n in COLUMN_NAMES if n not in taken]),
+                         label="name")
+
+    def _new_col(self, name: str, data: st.DataObject) -> Col:
+        self.next_slot += 1
+        return Col(name, self.next_slot - 1,
+                   data.draw(st.sampled_from(sorted(ARROW_TYPES)), label="type"))
+
+    def _rename(self, data: st.DataObject) -> None:
+        i, col = self._other_column(data)
+        new = self._free_name(data)
+        res = self.table.update_schema().rename_column(col.name, new).commit()
+        cols = list(self.current.cols)
+        cols[i] = Col(new, col.slot, col.type)
+        self._committed("rename", res, tuple(cols), list(self.current.rows))
+
+    def _drop_readd(self, data: st.DataObject) -> None:
+        """Drop a column and add one with the same name, in one commit or two (a new
+        column: rows written before read NULL there, never the dropped values)."""
+        i, col = self._other_column(data)
+        kept = tuple(c for c in self.current.cols if c is not col)
+        rows = [r[:i] + r[i + 1:] for r in self.current.rows]
+        new = self._new_col(col.name, data)
+        if data.draw(st.booleans(), label="one commit"):
+            res = (self.table.update_schema().drop_column(col.name)
+                   .add_column(col.name, new.type).commit())
+        else:
+            res = self.table.update_schema().drop_column(col.name).commit()
+            self._committed("drop_column", res, kept, rows)
+            res = self.table.update_schema().add_column(col.name, new.type).commit()
+        self._committed("drop_readd", res, (*kept, new), [(*r, None) for r in rows])
+
+    def _drop_column(self, data: st.DataObject) -> None:
+        i, col = self._other_column(data)
+        res = self.table.update_schema().drop_column(col.name).commit()
+        self._committed("drop_column", res, tuple(c for c in self.current.cols if c is not col),
+                        [r[:i] + r[i + 1:] for r in self.current.rows])
+
+    def _add_column(self, data: st.DataObject) -> None:
+        new = self._new_col(self._free_name(data), data)
+        res = self.table.update_schema().add_column(new.name, new.type).commit()
+        self._committed("add_column", res, (*self.current.cols, new),
+                        [(*r, None) for r in self.current.rows])
+
+    @rule(gc=st.booleans())
+    def maintain(self, gc: bool) -> None:
+        if gc:
+            self._gc()
+        else:
+            res = self.table.compact(target_file_size=1 << 20)
+            self._committed("compact", res, self.current.cols, list(self.current.rows))
+
+    def _gc(self) -> None:
+        """gc 30 days ahead: every version but the newest data version expires."""
+        keep = max(v for v in range(len(self.model)) if v not in self.markers)
+        report = self._fresh().gc(now=datetime.now(UTC) + timedelta(days=30))
+        if report.head_version == len(self.model):  # its expiry marker
+            self.model.append(self.current)
+            self.markers.add(report.head_version)
+        assert report.head_version == len(self.model) - 1, report
+        self.oldest = max(self.oldest, keep)
+        assert report.oldest_version == self.oldest, (report, self.oldest)
+        self.reads["rule.gc"] += 1
+        if self.oldest:
+            with pytest.raises(VersionNotFound):
+                self._fresh().scan(version=self.oldest - 1).to_arrow()
+        wait_out_gc_fence(self._fresh())
+
+    @precondition(lambda self: any(c.type == "string" for c in self.current.cols))
+    @rule(data=st.data())
+    def purge(self, data: st.DataObject) -> None:
+        """``purge(where, expire=True)``: the matching rows leave the head, every
+        version before it expires, and no object under the table's prefix (exports,
+        staging and all, decoded by tests/maintenance/erasure.py) holds the value."""
+        from tests.maintenance.erasure import assert_erased
+
+        cols, rows = self.current.cols, self.current.rows
+        i, col = data.draw(st.sampled_from([(i, c) for i, c in enumerate(cols)
+                                            if c.type == "string"]), label="column")
+        present = sorted({r[i] for r in rows if r[i] is not None})
+        value = data.draw(st.sampled_from(present or col.values()[1:]), label="value")
+        self.reads["rule.purge"] += 1
+        report = self._fresh().purge(f"{col.name} = '{value}'", expire=True)
+        note(f"purge {col.name} = {value!r}: {report}")
+        if not report.noop:  # a stored row (live or deleted) matched
+            assert report.version == len(self.model), report
+            self.model.append(ModelVersion(cols, tuple(r for r in rows if r[i] != value)))
+            self.reads["version.purge"] += 1
+        else:
+            assert not any(r[i] == value for r in rows)
+        head = self._fresh().version
+        assert head - (len(self.model) - 1) in (0, 1), (head, len(self.model))
+        if head == len(self.model):  # the expiry's marker
+            self.model.append(self.current)
+            self.markers.add(head)
+        assert report.expired_below is not None and report.expired_below >= self.oldest
+        self.oldest = report.expired_below
+        self.delta_at = None  # what erasure does to the exports is checked by its bytes
+        wait_out_gc_fence(self._fresh())
+        assert_erased(self.uri, [value])  # every object, decoded, exports included
+        if self.oldest:
+            with pytest.raises(VersionNotFound):
+                self._fresh().scan(version=self.oldest - 1).to_arrow()
+
+    @precondition(lambda self: not self.cloned and len({r[0] for r in self.current.rows}) >= 3)
+    @rule(data=st.data())
+    def clone_chain(self, data: st.DataObject) -> None:
+        self._clone_chain(lambda level, keys: data.draw(
+            st.sampled_from(keys), label=f"key deleted at level {level}"))
+
+    def _clone_chain(self, pick: Callable[[int, list[int]], int]) -> None:
+        """A clone of the head, a clone of that clone and a clone of that one, each
+        deleting a key (``pick``): every level reads as its model at both its
+        versions (caslake's scan; as a Parquet dataset), and passes verify; then the
+        chain is dropped, releasing the holds that would otherwise keep gc and purge
+        from erasing.  (Spark, read_native and the exports of a chain:
+        test_clone_chain_read_paths, which reports every failing reader at once.)"""
+        self.cloned = True  # once a program
+        names = self.current.expected.names
+        rows = list(self.current.rows)
+        src, made = self.uri, []
+        try:
+            for level in (1, 2, 3):
+                dst = str(self.root / f"clone{level}-{uuid.uuid4().hex[:6]}")
+                clone = caslake.clone(src, dst)
+                made.append(dst)
+                before = rp.Expected(names, tuple(rows))
+                assert clone.version == 0
+                rp.check_scan(clone, 0, before, self.reads)
+                k = pick(level, sorted({r[0] for r in rows}))
+                res = clone.delete(f"id = {k}")
+                kept = [r for r in rows if r[0] != k]
+                assert (res.version, res.rows_deleted) == (1, len(rows) - len(kept)), res
+                rows = kept
+                after = rp.Expected(names, tuple(rows))
+                fresh = caslake.open_table(dst)
+                rp.check_scan(fresh, 1, after, self.reads)
+                rp.check_scan(fresh, 0, before, self.reads)
+                rp.check_dataset(None, self.datasets, f"clone{level}",
+                                 fresh.scan(version=1).to_arrow(), after, self.reads)
+                report = verify_table(fresh.store, deep=True, all_versions=True)
+                assert report.ok, (level, report.problems)
+                self.reads[f"clone.level{level}"] += 1
+                src = dst
+        finally:
+            for dst in reversed(made):
+                caslake.drop_table(dst)
+        self.reads["rule.clone_chain"] += 1
+
+    # --- checks ----------------------------------------------------------------------------
+
+    def _check_version(self, v: int, dataset: bool) -> None:
+        """Version ``v`` through Spark (one reused DataFrame, a temp view), read_native,
+        and (``dataset``) as Parquet datasets written from the scan and from Spark."""
+        mv = self.model[v]
+        exp = mv.expected
+        key = f"v{v}-{uuid.uuid4().hex[:6]}"
+        rp.check_spark_load(self.spark, self.uri, v, exp, mv.spark_preds(v), self.reads,
+                            dataset=(self.datasets, f"spark/{key}") if dataset else None)
+        rp.check_native(self.spark, self.uri, v, exp, self.reads)
+        if dataset:
+            rows = self._fresh().scan(version=v).to_arrow()
+            rp.check_dataset(self.spark, self.datasets, f"scan/{key}", rows, exp, self.reads)
+        self.spark_checked.add(v)
+
+    def _check_exports(self) -> None:
+        """The exports as they are (after whatever ran since they were made), then
+        exported again at the head and read again."""
+        store = self._fresh().store
+        exps = [m.expected for m in self.model]
+        rp.check_iceberg(self.uri, store, exps, self.reads)
+        if self.delta_at is not None:
+            rp.check_delta(self.uri, exps[self.delta_at], self.delta_at, self.reads)
+        head = len(self.model) - 1
+        t = self._fresh()
+        assert t.export_iceberg().version == head
+        rp.check_iceberg(self.uri, store, exps, self.reads)
+        if rp.export_delta(t, self.reads):
+            self.delta_at = head
+            if self.current.evolved:
+                self.reads["delta.evolved"] += 1  # column mapping in play
+        if self.delta_at is not None:
+            rp.check_delta(self.uri, exps[self.delta_at], self.delta_at, self.reads)
+
+    def _checkpoint(self) -> None:
+        head = len(self.model) - 1
+        self._check_version(head, dataset=True)
+        older = [v for v in range(self.oldest, head) if v not in self.spark_checked]
+        if older:
+            self._check_version(older[-1], dataset=False)
+        self._check_exports()
+
+    @invariant()
+    def head_reads_as_model(self) -> None:
+        t = self._fresh()
+        head = len(self.model) - 1
+        assert t.version == head, (t.version, head)
+        rp.check_scan(t, head, self.current.expected, self.reads)
+        assert [h.version for h in t.history()] == list(range(head, self.oldest - 1, -1))
+        self.steps += 1
+        if self.steps % CHECKPOINT_EVERY == 0:
+            self._checkpoint()
+
+    def teardown(self) -> None:
+        report = verify_table(open_store(self.uri), deep=True, all_versions=True)
+        assert report.ok, report.problems
+        t = self._fresh()
+        for v in range(self.oldest, len(self.model)):
+            rp.check_scan(t, v, self.model[v].expected, self.reads)
+        if self.reads["rule.clone_chain"] == 0:
+            # No program of the run has made a chain yet: make one now, on rows with
+            # three keys at least.
+            cols = self.current.cols
+            batch = [tuple(k if i == 0 else c.values()[k % len(c.values())]
+                           for i, c in enumerate(cols)) for k in (0, 5, 9)]
+            res = self.table.append(model_arrow(cols, batch))
+            self._committed("append", res, cols, [*self.current.rows, *batch])
+            self._clone_chain(lambda level, keys: keys[level % len(keys)])
+        self._checkpoint()
+
+
+@pytest.fixture(scope="module")
+def model_spark() -> Any:
+    pytest.importorskip("pyspark")
+    return rp.shared_spark()
+
+
+@pytest.mark.spark
+def test_model_read_paths(tmp_path: Path, model_spark: Any) -> None:
+    """Every read path (tests/reliability/read_paths.py) and every rule of the
+    read-paths machine really ran, over few, fixed programs (Spark is slow)."""
+    reads: Counter[str] = Counter()
+    count = iter(range(1_000_000))
+
+    def new_root() -> Path:
+        root = tmp_path / f"m{next(count)}"
+        root.mkdir()
+        return root
+
+    machine = type("Machine", (ReadPathsMachine,), {
+        "new_root": staticmethod(new_root), "spark": model_spark, "reads": reads})
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=examples(4, 12), stateful_step_count=14, deadline=None, database=None,
+        derandomize=True, phases=[Phase.explicit, Phase.generate],  # no shrinking: slow
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    print(f"\nread paths: {dict(sorted(reads.items()))}")
+    missing = [p for p in (*rp.READ_PATHS, *(f"rule.{r}" for r in READ_PATHS_RULES),
+                           *(f"version.{r}" for r in READ_PATHS_VERSIONS), "clone.level3",
+                           "delta.evolved")
+               if reads[p] == 0]
+    assert not missing, f"never exercised: {missing}"
+
