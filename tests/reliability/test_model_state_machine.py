@@ -52,7 +52,7 @@ import io
 import os
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -1527,9 +1527,13 @@ class ReadPathsMachine(RuleBasedStateMachine):
 
 
 @pytest.fixture(scope="module")
-def model_spark() -> Any:
+def model_spark() -> Iterator[Any]:
+    """The shared local SparkSession (left running for the Spark tests), without the
+    session setting ``read_native`` turns on for evolved schemas."""
     pytest.importorskip("pyspark")
-    return rp.shared_spark()
+    spark = rp.shared_spark()
+    yield spark
+    spark.conf.unset("spark.sql.parquet.fieldId.read.enabled")
 
 
 @pytest.mark.spark
