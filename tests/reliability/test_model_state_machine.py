@@ -1387,6 +1387,8 @@ class ReadPathsMachine(RuleBasedStateMachine):
         present = sorted({r[i] for r in rows if r[i] is not None})
         value = data.draw(st.sampled_from(present or col.values()[1:]), label="value")
         self.reads["rule.purge"] += 1
+        store = open_store(self.uri)
+        exported = [p for p in ("metadata/", "_delta_log/") if any(store.list(p))]
         report = self._fresh().purge(f"{col.name} = '{value}'", expire=True)
         note(f"purge {col.name} = {value!r}: {report}")
         if not report.noop:  # a stored row (live or deleted) matched
@@ -1402,9 +1404,20 @@ class ReadPathsMachine(RuleBasedStateMachine):
             self.markers.add(head)
         assert report.expired_below is not None and report.expired_below >= self.oldest
         self.oldest = report.expired_below
-        self.delta_at = None  # what erasure does to the exports is checked by its bytes
         wait_out_gc_fence(self._fresh())
         assert_erased(self.uri, [value])  # every object, decoded, exports included
+        # The exports were rewritten to show the head alone (or dropped): they read
+        # as the model's head, with both their readers.
+        exps = [m.expected for m in self.model]
+        if rp.check_iceberg(self.uri, store, exps, self.reads) is not None:
+            assert "metadata/" in exported
+        self.delta_at = None
+        if any(store.list("_delta_log/")):
+            assert "_delta_log/" in exported
+            rp.check_delta(self.uri, self.current.expected, head, self.reads)
+            self.delta_at = head
+        if exported and not report.noop:
+            self.reads["purge.exports"] += 1  # exports under the table were erased too
         if self.oldest:
             with pytest.raises(VersionNotFound):
                 self._fresh().scan(version=self.oldest - 1).to_arrow()
@@ -1557,7 +1570,7 @@ def test_model_read_paths(tmp_path: Path, model_spark: Any) -> None:
     print(f"\nread paths: {dict(sorted(reads.items()))}")
     missing = [p for p in (*rp.READ_PATHS, *(f"rule.{r}" for r in READ_PATHS_RULES),
                            *(f"version.{r}" for r in READ_PATHS_VERSIONS), "clone.level3",
-                           "delta.evolved")
+                           "delta.evolved", "purge.exports")
                if reads[p] == 0]
     assert not missing, f"never exercised: {missing}"
 
