@@ -105,12 +105,13 @@ def describe_erasure(store: ObjectStore) -> list[str]:
 def drop_objects(store: ObjectStore, fmt: str) -> int:
     """Delete every object of the ``fmt`` export at ``store``'s root: the publication
     object (``version-hint.text``, ``_last_checkpoint``) first, then the metadata
-    files or log entries newest first (what is left meanwhile is an older export,
-    or none), then the rest.  Returns how many were deleted."""
+    files or log entries oldest first (a checkpoint before its version's commit), so
+    what is left meanwhile is a suffix: it reads as the export did, or not at all --
+    never as an older export -- then the rest.  Returns how many were deleted."""
     keys = _keys(store, fmt)
     publication = [k for k in keys if k in (HINT_KEY, LAST_CHECKPOINT_KEY)]
     heads = sorted((k for k in keys if k not in publication and k.endswith(
-        (".metadata.json", ".json", ".checkpoint.parquet"))), key=_version, reverse=True)
+        (".metadata.json", ".json", ".checkpoint.parquet"))), key=_version)
     rest = [k for k in keys if k not in publication and k not in heads]
     _delete(store, publication + heads + rest)
     return len(keys)
