@@ -300,6 +300,18 @@ class DeltaExport:
         self.physical: dict[int, str] = {}
         self.columns: dict[str, dict[int, str]] = {}
 
+    def delta_path(self, key: str) -> str:
+        """A data file's ``add.path``: its key, relative to the table root, or for a
+        clone's file of another table, where it lies (the clone's alias key is
+        caslake's own): its absolute URI, or for a local file the URI's absolute
+        path (``/srv/t/data/...``), which deltalake and DuckDB's ``delta_scan``
+        both read (DuckDB's ``delta_scan`` reads no ``file://`` or ``s3://`` path
+        in the log)."""
+        if self.src.is_own(key):
+            return key
+        location = self.src.location(key)
+        return location[len("file://"):] if location.startswith("file:///") else location
+
     def plan(self, state: DeltaState) -> None:
         """The physical names for ``state``'s next commit: each live file's Parquet
         names (from the tag of its add, else its footer).  Raises ExportColumnsDiverged."""
@@ -307,7 +319,7 @@ class DeltaExport:
         for f in self.src.files():
             if f.path in self.columns:
                 continue
-            old = state.adds.get(f.path)
+            old = state.adds.get(self.delta_path(f.path))
             cols = cm.decode_columns(((old or {}).get("tags") or {}).get(cm.COLUMNS_TAG))
             self.columns[f.path] = cols if cols is not None else cm.file_columns(
                 table.store, table.footers, f, self.schema)
@@ -353,14 +365,15 @@ class DeltaExport:
         (nothing of the old deletion-vector files stays referenced)."""
         m = self.src.snapshot.manifest
         now = m.created_at_ms
-        tags = self._delete_tags()
-        files = {f.path: f for f in self.src.files()}
+        # Keyed by Delta path (add.path); tags and deletes are found by caslake key.
+        files = {self.delta_path(f.path): f for f in self.src.files()}
+        tags = {self.delta_path(p): t for p, t in self._delete_tags().items()}
         changed = [p for p in files
                    if p not in state.adds
                    or (state.adds[p].get("tags") or {}).get(DV_TAG) != tags.get(p)
                    or (fresh and p in tags)]
-        dvs = self._write_dvs(self.src.deleted_positions(p for p in changed if p in tags),
-                              writer)
+        positions = self.src.deleted_positions(files[p].path for p in changed if p in tags)
+        dvs = self._write_dvs({self.delta_path(k): v for k, v in positions.items()}, writer)
         moved = set(changed)
         out: list[dict[str, Any]] = []
         for path, old in state.adds.items():
@@ -375,7 +388,7 @@ class DeltaExport:
         for path in [*changed, *readd]:
             f = files[path]
             dv = dvs.get(path) if path in moved else state.adds[path].get("deletionVector")
-            file_tags = {cm.COLUMNS_TAG: cm.encode_columns(self.columns[path])}
+            file_tags = {cm.COLUMNS_TAG: cm.encode_columns(self.columns[f.path])}
             if path in tags:
                 file_tags[DV_TAG] = tags[path]
             add: dict[str, Any] = {

@@ -27,6 +27,7 @@ from caslake.export import iceberg_avro as avro
 from caslake.export.delta import DV_PREFIX, LOG_PREFIX, dv_key, read_log
 from caslake.export.iceberg import HINT_KEY, METADATA_PREFIX, metadata_key, read_hint, read_metadata
 from caslake.store.base import ObjectStore
+from caslake.table.routing import key_at
 
 PREFIXES = (METADATA_PREFIX, LOG_PREFIX, f"{DV_PREFIX}/")
 
@@ -50,7 +51,8 @@ def iceberg_keep(store: ObjectStore, root: str) -> set[str]:
     keep = {HINT_KEY, key}
 
     def local(uri: str) -> str | None:
-        return uri[len(root):] if uri.startswith(root) else None
+        # A clone's file of a table it references: by its aliased key (gc's hold there).
+        return uri[len(root):] if uri.startswith(root) else key_at(store, uri)
 
     manifests: set[str] = set()
     for snap in read_metadata(store, key).get("snapshots", []):
@@ -76,7 +78,9 @@ def _delta(store: ObjectStore) -> set[str]:
     if not keep:
         return keep
     for path, add in read_log(store).adds.items():
-        keep.add(path)
+        # Relative to the root, or (a clone's file of a table it references) absolute.
+        absolute = path.startswith("/") or "://" in path
+        keep.add((key_at(store, path) or path) if absolute else path)
         dv = add.get("deletionVector")
         if dv and dv.get("storageType") == "u":
             keep.add(dv_key(dv["pathOrInlineDv"]))

@@ -15,11 +15,13 @@ from typing import Protocol
 
 from pyroaring import BitMap
 
+from caslake.format.keys import split_external
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.store.base import ObjectStore
 from caslake.table.deletion_mask import TombstoneCache, load_masks
 from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.routing import resolve
 from caslake.table.scan import POSITION, Scan, SnapshotSubset
 
 
@@ -67,8 +69,16 @@ class ExportSource:
         return [f for g in self.groups for f in g.files]
 
     def location(self, key: str) -> str:
-        """The absolute URI of a table object (what other formats store)."""
-        return f"{self.table.store.uri.rstrip('/')}/{key}"
+        """The absolute URI of a table object (what other formats store): where it
+        lies, so a clone's file of another table is named under that table's root
+        (the clone's alias key exists for caslake's routing only)."""
+        store, inner = resolve(self.table.store, key)
+        return f"{store.uri.rstrip('/')}/{inner}"
+
+    def is_own(self, key: str) -> bool:
+        """Whether object ``key`` lies under this table's root (not a clone's file
+        of another table, named by :meth:`location` only)."""
+        return split_external(key)[0] is None
 
     def deleted_positions(self, paths: Iterable[str]) -> dict[str, BitMap]:
         """For each of ``paths`` with deletes: every row position deleted in it,

@@ -30,7 +30,7 @@ import contextlib
 import functools
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -68,6 +68,7 @@ from caslake.table.delete import (
 from caslake.table.deletion_mask import TombstoneCache
 from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.routing import external_uris, route
 from caslake.table.scan import POSITION, FileTask, Scan, SnapshotSubset
 from caslake.table.transaction import Transaction, upsert_keys
 from caslake.table.upsert_keys import duplicate_key
@@ -84,10 +85,12 @@ POSITIONS = "positions"
 
 @dataclass(frozen=True)
 class MatchJob:
-    """Where executors open the table's store."""
+    """Where executors open the table's store (a clone's routed to its sources, as
+    ``Table.open`` does: :mod:`caslake.table.routing`)."""
 
     uri: str
     storage_options: dict[str, str]
+    external: dict[str, str] = field(default_factory=dict)  # a clone's sources: routing
 
 
 def group_tasks(tasks: Sequence[FileTask], snapshot: Snapshot, groups: int
@@ -109,7 +112,8 @@ def group_tasks(tasks: Sequence[FileTask], snapshot: Snapshot, groups: int
 def group_scan(job: MatchJob, group: SnapshotSubset, cond: Condition) -> Scan:
     """On an executor: the core's condition scan over the group's subset of the
     pinned version (the row groups the driver planned)."""
-    store = open_store(job.uri, job.storage_options or None)
+    options = job.storage_options or None
+    store = route(open_store(job.uri, options), job.external, options)
     return condition_scan(MetadataIO(store), FooterCache(), TombstoneCache(), group, cond)
 
 
@@ -204,7 +208,7 @@ def spark_planner(spark: SparkSession, uri: str, storage_options: Mapping[str, s
     def plan(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache,
              base: Snapshot, conditions: Sequence[Condition]) -> DeletePlan:
         out = DeletePlan(base)
-        job = MatchJob(uri, dict(storage_options or {}))
+        job = MatchJob(uri, dict(storage_options or {}), external_uris(base.manifest))
         for cond in conditions:
             tasks = condition_scan(io, footers, tombstones, base, cond).plan().tasks
             if not tasks:

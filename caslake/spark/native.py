@@ -19,7 +19,9 @@ nullability of ``spark.read.format("caslake")``.
 Paths: Spark reports ``_metadata.file_path`` as a qualified, URL-encoded URI
 (``file:/tmp/a%20b/t=1/data/...``).  The deletions frame is built with the
 string Hadoop's ``Path`` gives for the table root (the same conversion Spark
-makes) followed by the data file key, whose characters are never encoded.
+makes) followed by the data file key, whose characters are never encoded.  A
+clone's files of the tables it references are read where they lie: under
+that table's root, by their key there (not the clone's alias key).
 Spark treats every path as a glob pattern, so glob characters of the root
 ('[', '{', '*', '?', '\\') are escaped.  Tables on the local filesystem
 read as ``file:``; ``s3://`` tables as ``s3a://``, which needs ``hadoop-aws``
@@ -62,6 +64,7 @@ from caslake.spark.types import spark_schema_for
 from caslake.store import LocalStore, ObjectStore, S3Store
 from caslake.table.deletion_mask import DeletionMask, load_masks
 from caslake.table.metadata_io import Snapshot
+from caslake.table.routing import resolve
 from caslake.table.scan import Scan, SnapshotSubset
 
 # Deletions up to this many rows are broadcast to every task (a hash anti-join
@@ -100,7 +103,7 @@ def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
     files = [f for f in table.io.live_files(snap) if f.row_count > 0]
     if not files:
         return spark.createDataFrame([], result)
-    read_root, reported_root = spark_paths(spark, table.store)
+    located = file_locations(spark, table.store, files)
     deleted = deleted_positions(table, snap, files)
     clean = [f for f in files if f.path not in deleted]
     dirty = [f for f in files if f.path in deleted and len(deleted[f.path]) < f.row_count]
@@ -115,10 +118,9 @@ def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
         StructField(f.name, f.dataType, True,
                     {"parquet.field.id": ids[f.name]} if by_id else None)
         for f in result]))
-    glob_safe_root = _GLOB_SPECIAL.sub(r"\\\1", read_root)  # Spark globs every path
 
     def paths(fs: list[DataFile]) -> list[str]:
-        return [f"{glob_safe_root}/{f.path}" for f in fs]
+        return [located[f.path][0] for f in fs]
 
     parts: list[DataFrame] = []
     if clean:
@@ -131,8 +133,7 @@ def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
         rows = reader.parquet(*paths(dirty)).select(
             *map(_col, names), F.col("_metadata.file_path").alias(FILE_PATH),
             F.col("_metadata.row_index").alias(ROW_INDEX))
-        frame = _deletions_frame(spark, {f"{reported_root}/{f.path}": deleted[f.path]
-                                         for f in dirty})
+        frame = _deletions_frame(spark, {located[f.path][1]: deleted[f.path] for f in dirty})
         if sum(len(b) for b in deleted.values()) <= BROADCAST_DELETIONS_LIMIT:
             frame = F.broadcast(frame)
         parts.append(rows.join(frame, on=[FILE_PATH, ROW_INDEX], how="left_anti")
@@ -180,6 +181,24 @@ def _some_value(t: DataType) -> Column:
     if isinstance(t, TimestampType | TimestampNTZType):
         return F.lit(dt.datetime(1970, 1, 1, tzinfo=dt.UTC)).cast(t)
     return F.lit(0).cast(t)  # the integer and floating point types
+
+
+def file_locations(spark: SparkSession, store: ObjectStore, files: Sequence[DataFile]
+                   ) -> dict[str, tuple[str, str]]:
+    """For each file: the path to hand Spark (glob characters escaped: Spark globs
+    every path) and the path Spark reports in ``_metadata.file_path``.  A clone's
+    file of another table is named where it lies, under that table's root
+    (:func:`caslake.table.routing.resolve`)."""
+    roots: dict[str, tuple[str, str]] = {}
+    out: dict[str, tuple[str, str]] = {}
+    for f in files:
+        owner, key = resolve(store, f.path)
+        if owner.uri not in roots:
+            read_root, reported_root = spark_paths(spark, owner)
+            roots[owner.uri] = (_GLOB_SPECIAL.sub(r"\\\1", read_root), reported_root)
+        read_root, reported_root = roots[owner.uri]
+        out[f.path] = (f"{read_root}/{key}", f"{reported_root}/{key}")
+    return out
 
 
 def spark_paths(spark: SparkSession, store: ObjectStore) -> tuple[str, str]:

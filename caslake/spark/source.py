@@ -45,7 +45,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
 import pyarrow as pa
@@ -74,6 +74,7 @@ from caslake.store import open_store
 from caslake.store.base import ObjectStore
 from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
+from caslake.table.routing import external_uris, route
 from caslake.table.scan import FileTask, Scan, SnapshotSubset
 
 if TYPE_CHECKING:  # imported where used: these modules import this one
@@ -186,6 +187,9 @@ class CaslakePartition(InputPartition):
     subset: SnapshotSubset  # its files, their tombstones, the row groups to read
     columns: list[str]
     where: str | None = None  # the read option ``where``: the DataFrame's own predicate
+    # A clone's referenced tables (alias -> URI): its files and tombstones there are
+    # read through the same routing as Table.open (caslake.table.routing).
+    external: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__init__(self.path)
@@ -279,7 +283,8 @@ def read_partition(p: CaslakePartition, store: ObjectStore | None = None
     ``store``: the store to read through (default: opened from the partition's URI
     and options), e.g. to observe its request counters."""
     if store is None:
-        store = open_store(p.uri, p.storage_options or None)
+        options = p.storage_options or None
+        store = route(open_store(p.uri, options), p.external, options)
     yield from Scan(MetadataIO(store), FooterCache(), p.subset, p.columns, p.where).to_batches()
 
 
@@ -315,9 +320,12 @@ class CaslakeReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.options
-        store = open_store(opts.uri, opts.storage_options or None)
-        io = MetadataIO(store)
-        snapshot = Snapshot(io.load_manifest(self.manifest_key), self.manifest_key)
+        options = opts.storage_options or None
+        own = open_store(opts.uri, options)
+        manifest = MetadataIO(own).load_manifest(self.manifest_key)  # manifests are own
+        external = external_uris(manifest)
+        io = MetadataIO(route(own, external, options))
+        snapshot = Snapshot(manifest, self.manifest_key)
         tasks = Scan(io, FooterCache(), snapshot, self.columns, opts.where).plan().tasks
         out: list[InputPartition] = []
         for part in plan_partitions(tasks, self.parallelism):
@@ -326,7 +334,7 @@ class CaslakeReader(DataSourceReader):
             out.append(CaslakePartition(
                 uri=opts.uri, storage_options=opts.storage_options,
                 subset=SnapshotSubset.of(snapshot, files, groups), columns=self.columns,
-                where=opts.where))
+                where=opts.where, external=external))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

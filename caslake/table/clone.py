@@ -45,16 +45,13 @@ from caslake.store import open_store
 from caslake.store.base import ObjectStore
 from caslake.table import refs
 from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.routing import RoutingStore
+from caslake.table.routing import RoutingStore, external_uris, route
 
 
 def with_externals(store: ObjectStore, manifest: Manifest,
                    storage_options: dict[str, str] | None) -> ObjectStore:
     """``store`` able to read the objects of every table ``manifest`` references."""
-    if not manifest.external:
-        return store
-    return RoutingStore(store, {a: open_store(e.uri, storage_options)
-                                for a, e in manifest.external.items()})
+    return route(store, external_uris(manifest), storage_options)
 
 
 def _rekey(key: str, source_alias: str, aliases: Mapping[str, str]) -> str:
