@@ -1431,10 +1431,11 @@ class ReadPathsMachine(RuleBasedStateMachine):
     def _clone_chain(self, pick: Callable[[int, list[int]], int]) -> None:
         """A clone of the head, a clone of that clone and a clone of that one, each
         deleting a key (``pick``): every level reads as its model at both its
-        versions (caslake's scan; as a Parquet dataset), and passes verify; then the
-        chain is dropped, releasing the holds that would otherwise keep gc and purge
-        from erasing.  (Spark, read_native and the exports of a chain:
-        test_clone_chain_read_paths, which reports every failing reader at once.)"""
+        versions (caslake's scan) and at its head through Spark load, read_native,
+        its own Iceberg and Delta exports and as a Parquet dataset, and passes
+        verify; then the chain is dropped, releasing the holds that would otherwise
+        keep gc and purge from erasing.  (test_clone_chain_read_paths reads a fixed
+        chain the same ways and reports every failing reader at once.)"""
         self.cloned = True  # once a program
         names = self.current.expected.names
         rows = list(self.current.rows)
@@ -1458,6 +1459,13 @@ class ReadPathsMachine(RuleBasedStateMachine):
                 rp.check_scan(fresh, 0, before, self.reads)
                 rp.check_dataset(None, self.datasets, f"clone{level}",
                                  fresh.scan(version=1).to_arrow(), after, self.reads)
+                preds = ModelVersion(self.current.cols, after.rows).spark_preds(level)
+                rp.check_spark_load(self.spark, dst, 1, after, preds, self.reads)
+                rp.check_native(self.spark, dst, 1, after, self.reads)
+                fresh.export_iceberg()
+                rp.check_iceberg(dst, fresh.store, [before, after], self.reads)
+                if rp.export_delta(fresh, self.reads):
+                    rp.check_delta(dst, after, 1, self.reads)
                 report = verify_table(fresh.store, deep=True, all_versions=True)
                 assert report.ok, (level, report.problems)
                 self.reads[f"clone.level{level}"] += 1
