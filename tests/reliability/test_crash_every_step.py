@@ -43,6 +43,7 @@ second gc leaves exactly the referenced objects (what the fault left is gone).
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -567,7 +568,13 @@ def test_purge_expire_fault_at_every_store_call(local_tables: Tables, mode: str)
 
     def setup() -> str:
         uri, model, _, _ = prepare(tables)
-        open_store(uri).put(data_file_key(), b"orphan", mode=PutMode.CREATE)
+        orphan = data_file_key()
+        open_store(uri).put(orphan, b"orphan", mode=PutMode.CREATE)
+        # A crashed writer's orphan from an hour ago: gc's cutoff is the purge's "now",
+        # and an orphan written within the same milliseconds is rightly kept as too
+        # young, which made the count of store calls (and the last fault point) vary.
+        an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).timestamp()
+        os.utime(Path(uri) / orphan, (an_hour_ago, an_hour_ago))
         models[uri] = model
         return uri
 
