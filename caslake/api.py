@@ -51,7 +51,10 @@ class Table(TableCore):
         super().__init__(*args, **kwargs)
         # ``export.iceberg`` / ``export.delta`` table properties: export each commit.
         ctx = self.context
-        ctx.on_commit.append(lambda snapshot: _export_on_commit(ctx, snapshot))
+        def export_on_commit(snapshot: Snapshot) -> None:  # the name the runner logs
+            _export_on_commit(ctx, snapshot)
+
+        ctx.on_commit.append(export_on_commit)
 
     def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1
                 ) -> CommitResult:

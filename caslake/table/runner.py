@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from caslake.errors import CaslakeError
 from caslake.format.keys import POINTER_KEY
 from caslake.store.base import ObjectStore
 from caslake.table.changes import Changes, Requirement
@@ -137,12 +138,19 @@ def _guarded(prepare: Callable[[Snapshot], Changes | None], io: MetadataIO,
 
 def _after_commit(ctx: TableContext, snapshot: Snapshot) -> None:
     for hook in ctx.on_commit:
+        name = getattr(hook, "__name__", hook)
         try:
             hook(snapshot)
-        except Exception:  # the commit stands whatever a hook does; say so and go on
+        except CaslakeError as e:
+            # The commit stands whatever a hook does; say so and go on.  A typed
+            # error is an expected refusal (an export the table cannot take now):
+            # one line naming it and its remedy, no traceback.
+            _log.error("%s failed after version %s of %s (the commit stands): %s: %s",
+                       name, snapshot.version, ctx.store.uri, type(e).__name__,
+                       " ".join(str(e).split()))
+        except Exception:  # a bug in the hook: keep its traceback
             _log.exception("after-commit hook %s failed on version %s of %s (the commit "
-                           "stands)", getattr(hook, "__name__", hook), snapshot.version,
-                           ctx.store.uri)
+                           "stands)", name, snapshot.version, ctx.store.uri)
 
 
 def run_operation(ctx: TableContext, operation: str,

@@ -6,10 +6,13 @@ never fails the commit."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import caslake
@@ -101,3 +104,51 @@ def test_unexportable_table_with_export_property_still_commits(
     assert any("ExportUnsupportedType" in (r.exc_text or "") + r.getMessage()
                for r in caplog.records)
     assert not keys(t, "metadata/")
+
+
+def test_an_export_on_commit_refusal_is_one_line_naming_the_cause_and_the_remedy(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A typed export error after a commit (here: a rename, then an append, which no
+    Delta physical name can cover) is reported as one line -- the export, the version,
+    the error's class and message -- with no traceback, through the library's logger
+    and on the CLI's stderr; the commit stands.  An unexpected exception in a hook
+    (a bug) keeps its traceback."""
+    uri = str(tmp_path / "t")
+    t = new_table(uri, properties={DELTA_PROPERTY: "true"})
+    t.append(rows(0, 5))
+    t.update_schema().rename_column("s", "label").commit()
+    with caplog.at_level(logging.ERROR):
+        res = caslake.open_table(uri).append(_renamed(rows(5, 8)))
+    assert res.version == caslake.open_table(uri).version
+    [rec] = [r for r in caplog.records if "export" in r.getMessage().lower()]
+    msg = rec.getMessage()
+    assert rec.exc_info is None and "\n" not in msg, msg
+    assert "ExportColumnsDiverged" in msg and f"version {res.version}" in msg, msg
+    assert "the commit stands" in msg, msg
+    # The CLI: exit 0 (the append landed), one line on stderr, no traceback.
+    src = tmp_path / "more.parquet"
+    pq.write_table(_renamed(rows(8, 9)), src)
+    res_cli = subprocess.run([sys.executable, "-m", "caslake.cli", "append", uri, str(src)],
+                             capture_output=True, text=True, timeout=120)
+    assert res_cli.returncode == 0, res_cli.stderr
+    err = res_cli.stderr
+    assert "Traceback" not in err and "ExportColumnsDiverged" in err, err
+    assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err
+
+
+def _renamed(data: pa.Table) -> pa.Table:
+    return data.rename_columns(["label" if n == "s" else n for n in data.column_names])
+
+
+def test_a_bug_in_an_after_commit_hook_keeps_its_traceback(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    t = new_table(str(tmp_path / "t"))
+
+    def broken(snapshot: object) -> None:
+        raise KeyError("oops")
+
+    t.context.on_commit.append(broken)
+    with caplog.at_level(logging.ERROR):
+        t.append(rows(0, 1))
+    [rec] = [r for r in caplog.records if "broken" in r.getMessage()]
+    assert rec.exc_info is not None
