@@ -18,8 +18,14 @@ Needs the ``spark`` extra (``pyspark>=4.3,<4.4``).  See
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+
 from pyspark.sql import SparkSession
 
+from caslake.errors import OptionalDependencyMissing
 from caslake.spark.dataset import read_dataset, write_dataset
 from caslake.spark.dml import delete, upsert
 from caslake.spark.native import read_native
@@ -41,6 +47,7 @@ __all__ = [
     "CaslakeReader",
     "CaslakeStreamWriter",
     "CaslakeWriter",
+    "check_worker_python",
     "delete",
     "read_dataset",
     "read_native",
@@ -63,4 +70,33 @@ def register(spark: SparkSession) -> None:
     ``error`` and ``ignore``) for Python data sources before caslake runs; use
     ``caslake.spark.save(df, uri, mode="errorifexists")`` for those (any of the
     five modes, with Spark's meaning, and caslake errors raised as themselves)."""
+    try:
+        context = spark.sparkContext
+        python_exec, master = str(context.pythonExec), str(context.master)
+    except Exception:  # Spark Connect: no context here, the server runs the workers
+        python_exec = master = ""
+    check_worker_python(python_exec, master)
     spark.dataSource.register(CaslakeDataSource)
+
+
+def check_worker_python(python_exec: str, master: str) -> None:
+    """In local mode, refuse a session whose Python workers (``python_exec``: its
+    ``PYSPARK_PYTHON``, default ``python3``) cannot import caslake, saying what to set.
+    Without this every read fails inside a task with "No module named 'caslake'".
+    A cluster's workers are the cluster's business: not checked."""
+    if not master.startswith("local") or not python_exec:
+        return
+    exe = shutil.which(python_exec) or python_exec
+    if os.path.realpath(exe) == os.path.realpath(sys.executable):
+        return
+    try:
+        probe = subprocess.run([exe, "-c", "import caslake.spark.source"],
+                               capture_output=True, text=True, timeout=120)
+        ok, why = probe.returncode == 0, (probe.stderr.strip().splitlines() or [""])[-1]
+    except (OSError, subprocess.SubprocessError) as e:
+        ok, why = False, str(e)
+    if not ok:
+        raise OptionalDependencyMissing(
+            f"Spark's Python workers run {exe!r}, which cannot import caslake ({why}); "
+            f"set PYSPARK_PYTHON={sys.executable} (the Python this driver runs) before "
+            "the SparkSession is created", package="caslake")
