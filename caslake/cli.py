@@ -26,7 +26,7 @@ from caslake.cli_common import storage_options as _storage_options
 from caslake.cli_dataset import add_dataset_commands
 from caslake.cli_input import FORMATS, TextOptions, open_input
 from caslake.cli_output import emit_json_lines, parse_size, write_output
-from caslake.errors import CaslakeError, InvalidArgument
+from caslake.errors import CaslakeError, InvalidArgument, TableAlreadyExists, TableNotFound
 from caslake.table.coerce import SchemaConformer
 
 EXIT_ERROR = 1
@@ -73,29 +73,60 @@ def _counted(reader: pa.RecordBatchReader, progress: Progress) -> pa.RecordBatch
 
 
 def _text_options(args: argparse.Namespace) -> TextOptions:
+    """The CSV text options, the date and timestamp formats checked up front (before
+    a table is created or an output file opened)."""
     return TextOptions(null_value=args.null_value, date_format=args.date_format,
-                       timestamp_format=args.timestamp_format)
+                       timestamp_format=args.timestamp_format).check_formats()
 
 
 def cmd_create(args: argparse.Namespace, out: TextIO) -> int:
+    """Create a table, then append the ``--from`` file.  The file is read and converted
+    once in full before the table is created (and once more to write it), so a bad
+    input -- a cell, a format, a type -- creates nothing and the corrected command
+    can simply be run again."""
     opts = _storage_options(args.storage_option)
     if args.source is None and args.schema is None:
         raise InvalidArgument("create needs --from FILE (Parquet, CSV or JSON lines) or "
                               "--schema 'name:type,...'")
-    reader: pa.RecordBatchReader | None = None
-    if args.schema is not None:
-        schema = _parse_schema_arg(args.schema)
-        if args.source is not None:  # --schema gives the types of the --from file
-            reader = open_input(args.source, args.format, schema, _text_options(args))
-            SchemaConformer(schema, reader.schema)  # refuse before creating anything
-    else:
-        reader = open_input(args.source, args.format, None, _text_options(args))
-        schema = reader.schema
+    text = _text_options(args)
+    given = _parse_schema_arg(args.schema) if args.schema is not None else None
+    if args.source is None:
+        assert given is not None
+        table = create_table(args.uri, given, storage_options=opts)
+        out.write(f"created {table.uri} at version {table.version}\n")
+        return 0
+    _refuse_existing(args.uri, opts)  # before reading a large file for nothing
+    schema = _check_input(args, given, text)
     table = create_table(args.uri, schema, storage_options=opts)
     out.write(f"created {table.uri} at version {table.version}\n")
-    if reader is not None:
-        return _append(table, reader, args, out)
-    return 0
+    # typed by the checked schema (not inferred again): the rows checked are the rows written
+    return _append(table, open_input(args.source, args.format, schema, text), args, out)
+
+
+def _refuse_existing(uri: str, opts: dict[str, str] | None) -> None:
+    try:
+        open_table(uri, storage_options=opts)
+    except TableNotFound:
+        return
+    raise TableAlreadyExists(f"a table already exists at {uri}")
+
+
+def _check_input(args: argparse.Namespace, schema: pa.Schema | None,
+                 text: TextOptions) -> pa.Schema:
+    """Read every row of the ``--from`` file and convert it to the table's types as the
+    append will (``schema``: --schema, else the file's own), keeping nothing; the
+    table schema.  Raises what the append would raise on the input."""
+    from caslake.format.schema import TableSchema
+
+    reader = open_input(args.source, args.format, schema, text)
+    table_schema = TableSchema.from_arrow(schema if schema is not None
+                                          else reader.schema).to_arrow()
+    conform = SchemaConformer(table_schema, reader.schema)
+    progress = Progress(args.progress or sys.stderr.isatty(), "checking")
+    for batch in _counted(reader, progress):
+        conform(batch)
+    progress.done()
+    return schema if schema is not None else reader.schema
 
 
 def _parse_schema_arg(text: str) -> pa.Schema:

@@ -1,7 +1,9 @@
 """Input files of the ``caslake`` command: Parquet, CSV or JSON lines, as a streaming
 reader.
 
-CSV follows Spark's defaults (and DuckDB's with ``allow_quoted_nulls=false``): an
+CSV keeps NULL and the empty string apart, as DuckDB's ``read_csv`` does with
+``allow_quoted_nulls=false`` (DuckDB's default and Spark's ``spark.read.csv`` read a
+quoted ``""`` as NULL too, losing the difference a Parquet source has): an
 unquoted empty field is NULL, a quoted ``""`` is the empty string; ``--null-value``
 names another text that means NULL (unquoted only: a quoted one is text).  Nothing
 else is a null marker: ``NA``, ``null`` and ``nan`` in a string column stay text.
@@ -10,10 +12,14 @@ A CSV file appended to an existing table is parsed with the table's column
 types, never with guessed ones (a column of whole numbers stays ``double`` if
 the table says so; ``007`` stays a string).  Without a table (``create --from``)
 the types are inferred from the first block of the file; a column with no value
-there is a string column.  A cell that does not parse as its column's type is
-an :class:`~caslake.errors.InputDataError` naming the file, line, column and
-cell.  ``--date-format`` / ``--timestamp-format`` are C ``strftime`` patterns
-(``%d/%m/%Y``, ``%Y-%m-%d %H:%M:%S.%f``: ``%f`` is microseconds), as DuckDB's.
+there is a string column, and timestamps are microseconds (``timestamp[us]``, with
+or without ``--timestamp-format``) unless a value there has sub-microsecond digits.
+A cell that does not parse as its column's type is an
+:class:`~caslake.errors.InputDataError` naming the file, line, column and cell.
+``--date-format`` / ``--timestamp-format`` are ``strftime`` patterns
+(``%d/%m/%Y``, ``%Y-%m-%d %H:%M:%S.%f``: ``%f`` is microseconds) limited to the
+directives Python's ``strptime`` reads (:data:`DIRECTIVES`), checked before anything
+is read or written: an unknown one is an :class:`InvalidTextFormat`.
 
 JSON lines (``.json``, ``.jsonl``, ``.ndjson``: one object per line) is read with
 the table's types as well, including what ``caslake scan --json`` writes for types
@@ -50,6 +56,18 @@ _SUFFIXES = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json",
              ".ndjson": "json", ".parquet": "parquet", ".pq": "parquet"}
 
 
+class InvalidTextFormat(InvalidArgument):
+    """A ``--date-format`` / ``--timestamp-format`` caslake cannot read (or write)
+    dates by: an unknown ``directive`` (e.g. ``%Q``), or none at all."""
+
+    def __init__(self, message: str, *, option: str, format: str,
+                 directive: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
+        self.format = format
+        self.directive = directive
+
+
 @dataclass(frozen=True)
 class TextOptions:
     """How CSV cells are read and written: ``--null-value``, ``--date-format``,
@@ -64,11 +82,51 @@ class TextOptions:
         if bad:
             raise InvalidArgument(f"--null-value {self.null_value!r} must not contain "
                                   f"{bad[0]!r} (a delimiter, quote or line break)")
+        return self.check_formats()
+
+    def check_formats(self) -> TextOptions:
+        """Refuse a format caslake cannot read back: see :func:`check_format`."""
         for flag, fmt in (("--date-format", self.date_format),
                           ("--timestamp-format", self.timestamp_format)):
-            if fmt is not None and "%" not in fmt:
-                raise InvalidArgument(f"{flag} {fmt!r} has no % directive (e.g. %Y-%m-%d)")
+            if fmt is not None:
+                check_format(flag, fmt)
         return self
+
+
+# The directives Python's strptime reads (its documented C89 set, %f, and the ISO 8601
+# week ones), so what ``scan --output`` writes by a format, caslake reads back by it.
+# glibc's extras (%e %T %F %D %s ...) are refused: strptime cannot read them, and an
+# unknown directive would be written literally ("%Q" in every cell).
+DIRECTIVES = "aAwdbBmyYHIpMSfzZjUWcxX%GuV"
+_PROBE = dt.datetime(2024, 2, 29, 13, 4, 5, 678901, tzinfo=dt.UTC)
+
+
+def check_format(flag: str, fmt: str) -> None:
+    """An :class:`InvalidTextFormat` naming ``flag`` and the directive unless every
+    ``%`` directive of ``fmt`` is one of :data:`DIRECTIVES` (at least one besides
+    ``%%``) and strptime accepts them together (``%G`` needs ``%V`` and a weekday)."""
+    i, found = 0, False
+    while i < len(fmt):
+        if fmt[i] != "%":
+            i += 1
+            continue
+        directive = fmt[i:i + 2]
+        if len(directive) < 2 or directive[1] not in DIRECTIVES:
+            shown = directive if len(directive) == 2 else "a lone % at the end"
+            raise InvalidTextFormat(
+                f"{flag} {fmt!r} has an unknown directive {shown}; the directives are "
+                f"{' '.join('%' + d for d in DIRECTIVES)} (write %% for a literal %)",
+                option=flag, format=fmt, directive=directive)
+        found = found or directive != "%%"
+        i += 2
+    if not found:
+        raise InvalidTextFormat(f"{flag} {fmt!r} has no % directive (e.g. %Y-%m-%d)",
+                                option=flag, format=fmt)
+    try:
+        dt.datetime.strptime(_PROBE.strftime(fmt), fmt)
+    except ValueError as e:
+        raise InvalidTextFormat(f"{flag} {fmt!r} cannot be read back: {e}", option=flag,
+                                format=fmt) from None
 
 
 def input_format(path: str, fmt: str | None) -> str:
@@ -180,6 +238,8 @@ def _infer_csv_types(p: Path, parse: pcsv.ParseOptions, read: pcsv.ReadOptions,
     for f in reader.schema:
         typ = pa.string() if pa.types.is_null(f.type) else f.type
         column = first.column(f.name)
+        if pa.types.is_timestamp(typ):
+            typ = _timestamp_unit(column, typ)
         if pa.types.is_string(typ) and column.null_count < len(column):
             for fmt, target in ((opts.date_format, pa.date32()),
                                 (opts.timestamp_format, pa.timestamp("us"))):
@@ -188,6 +248,22 @@ def _infer_csv_types(p: Path, parse: pcsv.ParseOptions, read: pcsv.ReadOptions,
                     break
         types[f.name] = typ
     return types
+
+
+def _timestamp_unit(column: pa.Array[Any], typ: pa.TimestampType) -> pa.DataType:
+    """Microseconds, as with --timestamp-format (strptime's ``%f``) and the unit of
+    DuckDB's and Spark's timestamps (Arrow infers seconds or nanoseconds by the digits
+    it sees).  A column whose first block holds a value with sub-microsecond digits
+    stays nanoseconds."""
+    micro = pa.timestamp("us", tz=typ.tz)
+    unit: str = typ.unit
+    if unit != "ns":
+        return micro
+    try:
+        column.cast(micro)  # safe: fails if a digit would be lost
+    except pa.ArrowInvalid:
+        return typ
+    return micro
 
 
 def _all_parse(column: pa.Array[Any], fmt: str) -> bool:

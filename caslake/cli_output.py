@@ -7,8 +7,11 @@ human-friendly sizes for options such as ``--target-file-size``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import re
+import secrets
 from collections.abc import Iterable
 from datetime import date, datetime, time
 from pathlib import Path
@@ -77,27 +80,65 @@ def write_output(batches: Iterable[pa.RecordBatch], schema: pa.Schema, path: str
 
     CSV: a NULL is ``options.null_value`` unquoted (default: an empty field), every
     string is quoted (so ``''`` is ``""``, and a string equal to the null marker is
-    quoted text); dates and timestamps are ISO 8601 unless a format is given."""
+    quoted text); dates and timestamps are ISO 8601 unless a format is given.
+
+    The options are checked before anything is opened.  A regular file is written
+    under a temporary name beside ``path`` and renamed onto it once complete, so a
+    failure (a bad value, a store error mid-scan, Ctrl-C) leaves no partial file and
+    an existing ``path`` as it was; a FIFO or device (``/dev/stdout``) is written
+    in place."""
     kind = output_format(path, fmt)
     options = (options or TextOptions()).check()
-    n = 0
+    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
+    in_place = target.exists() and not target.is_file()
+    tmp = target if in_place else _temporary(target)
     try:
-        if kind == "parquet":
-            with pq.ParquetWriter(path, schema, compression="zstd") as pw:
-                for b in batches:
-                    pw.write_batch(b)
-                    n += b.num_rows
-        else:
-            write = pcsv.WriteOptions(null_string=options.null_value,  # type: ignore[call-arg]
-                                      quoting_style="needed")
-            out_schema = pa.schema([pa.field(f.name, pa.string()) if uses_format(f.type, options)
-                                    else f for f in schema])
-            with pcsv.CSVWriter(path, out_schema, write_options=write) as cw:
-                for b in batches:
-                    cw.write_batch(_format_batch(b, out_schema, options))
-                    n += b.num_rows
-    except (OSError, pa.ArrowException) as e:
-        raise InvalidArgument(f"cannot write --output {path!r}: {e}") from None
+        n = _write(batches, schema, str(tmp), kind, options)
+        if not in_place:
+            os.replace(tmp, target)
+    except BaseException as e:
+        if not in_place:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        if isinstance(e, OSError | pa.ArrowException):
+            kept = "" if in_place else "; nothing was written there"
+            raise InvalidArgument(f"cannot write --output {path!r}: {e}{kept}") from None
+        raise
+    return n
+
+
+def _temporary(target: Path) -> Path:
+    """A new empty file beside ``target``, created as ``open`` would create ``target``
+    (mode 0666 less the umask), so the renamed result has the usual permissions."""
+    for _ in range(100):
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.caslake-tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise InvalidArgument(f"cannot write --output {str(target)!r}: {e}") from None
+        return tmp
+    raise InvalidArgument(f"cannot write --output {str(target)!r}: no free temporary name")
+
+
+def _write(batches: Iterable[pa.RecordBatch], schema: pa.Schema, path: str, kind: str,
+           options: TextOptions) -> int:
+    n = 0
+    if kind == "parquet":
+        with pq.ParquetWriter(path, schema, compression="zstd") as pw:
+            for b in batches:
+                pw.write_batch(b)
+                n += b.num_rows
+        return n
+    write = pcsv.WriteOptions(null_string=options.null_value,  # type: ignore[call-arg]
+                              quoting_style="needed")
+    out_schema = pa.schema([pa.field(f.name, pa.string()) if uses_format(f.type, options)
+                            else f for f in schema])
+    with pcsv.CSVWriter(path, out_schema, write_options=write) as cw:
+        for b in batches:
+            cw.write_batch(_format_batch(b, out_schema, options))
+            n += b.num_rows
     return n
 
 

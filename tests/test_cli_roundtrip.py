@@ -1,7 +1,8 @@
 """The CLI's CSV and JSON lines input and output round-trip (issue 27, items 1, 2, 4, 5).
 
 NULL and the empty string stay apart: an unquoted empty CSV field is NULL, a quoted
-``""`` is the empty string (Spark's default; DuckDB's with ``allow_quoted_nulls=false``),
+``""`` is the empty string (DuckDB's ``read_csv`` with ``allow_quoted_nulls=false``;
+Spark's ``spark.read.csv`` and DuckDB's default read ``""`` as NULL),
 and ``scan --output x.csv`` writes them that way.  caslake's parse of a file is
 compared with DuckDB's ``read_csv`` / ``read_json`` of the same file.
 """
