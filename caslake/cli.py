@@ -339,13 +339,25 @@ def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
                   + ("" if report.dry_run else f", as version {report.version}") + "\n")
         for f in report.files:
             out.write(f"  {f.path}: {f.strategy}\n")
-        out.write(f"  uploaded {report.bytes_uploaded:,} B, downloaded "
-                  f"{report.bytes_downloaded:,} B, copied in the store {report.bytes_copied:,} B "
-                  f"(a whole-file rewrite uploads {report.whole_file_rewrite_bytes:,} B)\n")
+        if report.dry_run:
+            # A dry run re-encodes nothing: the upload is bounded, not known.
+            out.write(f"  would download about {report.bytes_downloaded:,} B (the splice and "
+                      f"its commit) and upload at most {report.whole_file_rewrite_bytes:,} B "
+                      "(a whole-file rewrite of those files; the splice copies what it can "
+                      "inside the store)" + ("; the expiry's gc and the exports' rewrite "
+                                            "read more" if args.expire else "") + "\n")
+        else:
+            out.write(f"  uploaded {report.bytes_uploaded:,} B, downloaded "
+                      f"{report.bytes_downloaded:,} B, copied in the store "
+                      f"{report.bytes_copied:,} B (a whole-file rewrite uploads "
+                      f"{report.whole_file_rewrite_bytes:,} B)\n")
     if report.expiry is not None and not args.json:
         out.write(f"expired the versions below {report.expired_below} and deleted "
                   f"{report.expiry.deleted_count} object(s) holding the erased rows or "
                   "unreferenced\n")
+    if not args.json:
+        for line in report.exports:  # what the erasure did (would do) to each export
+            out.write(f"  export {line}\n")
     return 0
 
 

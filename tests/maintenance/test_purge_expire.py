@@ -207,3 +207,25 @@ def test_purge_expire_keeps_the_files_an_export_of_an_old_version_references(
     t.purge(WHERE, expire=True)
     assert sorted(deltalake_rows(uri, SCHEMA).column("id").to_pylist()) == [
         i for i in range(60) if i < 50 or i % 5]
+
+
+def test_cli_purge_text_says_what_the_dry_run_covers_and_what_exports_do(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The text report of a dry run states its download estimate as one, bounds the
+    upload (a dry run re-encodes nothing, so it cannot know it exactly: it never
+    claims 0 B), says the expiry and the exports' rewrite read more, and lists what
+    the purge does to each export -- as the real purge's text does too."""
+    uri = str(tmp_path / "t")
+    t, _ = build(uri, {})
+    t.export_delta()
+    t.export_iceberg()
+    capsys.readouterr()
+    assert cli_main(["purge", uri, "--where", WHERE, "--expire", "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "uploaded 0 B" not in dry, dry
+    assert "would download about" in dry and "upload at most" in dry, dry
+    assert "delta:" in dry and "iceberg:" in dry, dry
+    assert cli_main(["purge", uri, "--where", WHERE, "--expire"]) == 0
+    done = capsys.readouterr().out
+    assert "delta:" in done and "iceberg:" in done, done
+    assert leaks(open_store(uri)) == []
