@@ -86,9 +86,10 @@ class RefInfo:
 
 
 def create_object(io: MetadataIO, key: str, data: bytes, *, what: str) -> bool:
-    """Create ``key`` with ``data`` create-only, settling a failure whose outcome is
-    unknown by reading the key back: True if the object there now is ours (equal
-    bytes: ref records carry their creation time), False if another one is.  Raises
+    """Create ``key`` with ``data`` create-only: True if we created it, False if
+    another object is there.  A failure whose outcome is unknown is settled by
+    reading the key back (equal bytes: ours, as ref records carry their creation
+    time); a clean AlreadyExists before any such failure is never ours.  Raises
     CommitOutcomeUnknown if that cannot be settled."""
     last: Exception | None = None
     for _ in range(_CREATE_ATTEMPTS):
@@ -96,7 +97,11 @@ def create_object(io: MetadataIO, key: str, data: bytes, *, what: str) -> bool:
             io.store.put(key, data, mode=PutMode.CREATE)
             return True
         except AlreadyExists:
-            pass
+            # A clean refusal is someone else's record, however alike: the same tag
+            # on the same version created in the same millisecond has our bytes.
+            # Only after an ambiguous attempt of ours may the record be ours.
+            if last is None:
+                return False
         except StoreError as e:  # the create may or may not have applied
             last = e
         try:

@@ -316,3 +316,21 @@ def test_a_branch_from_a_tag_survives_the_expiry_of_everything_else(table) -> No
     table.gc(retention=timedelta(0), force=True, now=FAR_FUTURE)
     assert ids(fix) == [*range(10), 900]
     assert verify(table).ok
+
+
+
+def test_a_second_create_of_a_ref_in_the_same_millisecond_is_refused(
+        table) -> None:  # type: ignore[no-untyped-def]
+    """A create-only ref write that meets a clean 'already exists' is someone else's,
+    even when that record's bytes equal ours: the same tag on the same version
+    created in the same millisecond.  Only a create whose own attempt failed
+    ambiguously (the reply lost) may settle by reading the record back.  (It used
+    to compare bytes after any AlreadyExists, so a second create_tag within one
+    millisecond 'succeeded'; the refs model test failed about 1 run in 10.)"""
+    from caslake.table import refs as refs_module
+
+    io = table.context.io
+    frozen = lambda: 1_700_000_000_000  # noqa: E731  one millisecond for both creates
+    refs_module.create_tag(io, "same-ms", table.snapshot, branch="main", now_ms=frozen)
+    with pytest.raises(RefAlreadyExists):
+        refs_module.create_tag(io, "same-ms", table.snapshot, branch="main", now_ms=frozen)
