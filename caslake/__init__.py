@@ -15,6 +15,7 @@ from caslake.api import (
 )
 from caslake.errors import CaslakeError
 from caslake.expr import col, lit
+from caslake.store.options import StorageOptions
 from caslake.table.commit import CommitPolicy
 from caslake.table.write import WriteOptions
 
@@ -23,6 +24,7 @@ __all__ = [
     "CommitPolicy",
     "CommitResult",
     "HistoryEntry",
+    "StorageOptions",
     "Table",
     "WriteOptions",
     "clone",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from caslake.expr import Expr
+from caslake.store.options import StorageOptions
 from caslake.table.metadata_io import Snapshot
 from caslake.table.runner import CommitResult, TableContext
 from caslake.table.table import HistoryEntry, TableCore
@@ -95,7 +96,7 @@ class Table(TableCore):
                                force=force, extra_roots=(export_roots,))
 
     def export_iceberg(self, version: int | None = None, out: str | None = None,
-                       storage_options: dict[str, str] | None = None) -> ExportResult:
+                       storage_options: StorageOptions | None = None) -> ExportResult:
         """Write Iceberg v2 metadata for ``version`` (latest if None) under
         ``<out or the table root>/metadata/`` (see :mod:`caslake.export.iceberg`)."""
         from caslake.export.iceberg import export_iceberg
@@ -110,7 +111,7 @@ class Table(TableCore):
         return export_delta(self.context, version)
 
     def drop_export(self, format: str, *, out: str | None = None,
-                    storage_options: dict[str, str] | None = None) -> int:
+                    storage_options: StorageOptions | None = None) -> int:
         """Delete the ``format`` ("iceberg" or "delta") export at the table root (or an
         Iceberg export at ``out``): every object of it.  Refused with
         ExportOnCommitEnabled while the table property ``export.<format>`` is true;
@@ -121,7 +122,7 @@ class Table(TableCore):
         return drop_export(self.context, format, out=out, storage_options=storage_options)
 
 
-def create_table(uri: str, schema: pa.Schema, *, storage_options: dict[str, str] | None = None,
+def create_table(uri: str, schema: pa.Schema, *, storage_options: StorageOptions | None = None,
                  properties: dict[str, str] | None = None,
                  write_options: WriteOptions | None = None) -> Table:
     """Create an empty table (version 0).  Raises TableAlreadyExists."""
@@ -131,7 +132,7 @@ def create_table(uri: str, schema: pa.Schema, *, storage_options: dict[str, str]
 
 def clone(source_uri: str, target_uri: str, *, version: int | None = None,
           tag: str | None = None, branch: str = "main",
-          storage_options: dict[str, str] | None = None,
+          storage_options: StorageOptions | None = None,
           write_options: WriteOptions | None = None) -> Table:
     """A zero-copy clone of ``source_uri`` (at ``version``, tag ``tag`` or the head of
     ``branch``) at ``target_uri``: it references the source's files where they lie
@@ -145,7 +146,7 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
     return open_table(target_uri, storage_options=storage_options, write_options=write_options)
 
 
-def drop_table(uri: str, *, storage_options: dict[str, str] | None = None) -> None:
+def drop_table(uri: str, *, storage_options: StorageOptions | None = None) -> None:
     """Delete the table at ``uri`` (every object) and release its holds on the tables
     it was cloned from.  Idempotent."""
     from caslake.table.clone import drop_table as _drop
@@ -153,7 +154,7 @@ def drop_table(uri: str, *, storage_options: dict[str, str] | None = None) -> No
     _drop(uri, storage_options=storage_options)
 
 
-def open_table(uri: str, *, storage_options: dict[str, str] | None = None,
+def open_table(uri: str, *, storage_options: StorageOptions | None = None,
                write_options: WriteOptions | None = None) -> Table:
     """Open an existing table at its latest version.  Raises TableNotFound."""
     return Table.open(uri, storage_options=storage_options, write_options=write_options)

@@ -27,6 +27,7 @@ from caslake.cli_dataset import add_dataset_commands
 from caslake.cli_input import FORMATS, TextOptions, open_input
 from caslake.cli_output import emit_json_lines, parse_size, write_output
 from caslake.errors import CaslakeError, InvalidArgument, TableAlreadyExists, TableNotFound
+from caslake.store.options import StorageOptions
 from caslake.table.coerce import SchemaConformer
 
 EXIT_ERROR = 1
@@ -103,7 +104,7 @@ def cmd_create(args: argparse.Namespace, out: TextIO) -> int:
     return _append(table, open_input(args.source, args.format, schema, text), args, out)
 
 
-def _refuse_existing(uri: str, opts: dict[str, str] | None) -> None:
+def _refuse_existing(uri: str, opts: StorageOptions | None) -> None:
     try:
         open_table(uri, storage_options=opts)
     except TableNotFound:

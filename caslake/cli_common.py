@@ -8,23 +8,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import pyarrow as pa
 
 from caslake.errors import InvalidArgument
+from caslake.store.options import StorageOptions
 
 
-def storage_options(pairs: Sequence[str] | None) -> dict[str, str] | None:
+def storage_options(pairs: Sequence[str] | None) -> StorageOptions | None:
     if not pairs:
         return None
-    out = {}
+    out: dict[str, str] = {}
     for p in pairs:
         if "=" not in p:
             raise InvalidArgument(f"--storage-option {p!r} must look like KEY=VALUE")
         k, v = p.split("=", 1)
         out[k.strip()] = v.strip()
-    return out
+    return cast(StorageOptions, out)  # unknown keys are refused by the store
 
 
 def print_table(table: pa.Table, out: TextIO, limit: int | None) -> None:

@@ -49,6 +49,7 @@ from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.parquet import VERIFY_PAGE_CHECKSUMS
 from caslake.format.refs import MAIN, REFS_PREFIX, Hold, hold_key
 from caslake.store.base import ObjectStore
+from caslake.store.options import StorageOptions
 from caslake.table import refs
 from caslake.table.clone import with_externals
 from caslake.table.deletion_mask import TombstoneCache, load_masks
@@ -131,7 +132,7 @@ def _check_object(store: ObjectStore, key: str, size: int, etag: str
 
 
 def verify_table(store: ObjectStore, *, deep: bool = False, all_versions: bool = False,
-                 progress: bool = False, storage_options: dict[str, str] | None = None
+                 progress: bool = False, storage_options: StorageOptions | None = None
                  ) -> VerifyReport:
     """``progress``: show a progress bar (stderr) while pages are checked.
     ``storage_options``: for opening the tables a clone references."""

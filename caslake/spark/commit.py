@@ -45,6 +45,7 @@ from caslake.errors import (
 from caslake.format.manifest import DataFile
 from caslake.format.schema import TableSchema
 from caslake.store.base import ObjectStore
+from caslake.store.options import StorageOptions
 from caslake.table.changes import txn_applied, write_prepare
 from caslake.table.commit import CommitOutcome, commit_with_retry, find_commit, settle
 from caslake.table.metadata_io import MetadataIO
@@ -117,7 +118,7 @@ def _delete(store: ObjectStore, files: Sequence[DataFile]) -> None:
             store.delete(f.path)
 
 
-def commit_files(store: ObjectStore, *, uri: str, storage_options: dict[str, str],
+def commit_files(store: ObjectStore, *, uri: str, storage_options: StorageOptions,
                  schema: TableSchema, files: Sequence[DataFile], start_version: int | None,
                  commit_id: str, overwrite: bool, txn: tuple[str, int] | None,
                  params: dict[str, str], started_at_ms: int | None = None) -> CommitOutcome:

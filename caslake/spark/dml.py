@@ -29,9 +29,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from pyroaring import BitMap
@@ -56,6 +56,7 @@ from caslake.spark.save import caslake_error_from_spark
 from caslake.spark.types import conform_for_read, conform_for_write, spark_type_for
 from caslake.spark.write import WriteTarget
 from caslake.store import open_store
+from caslake.store.options import StorageOptions
 from caslake.table.delete import (
     Condition,
     DeletePlan,
@@ -89,7 +90,7 @@ class MatchJob:
     ``Table.open`` does: :mod:`caslake.table.routing`)."""
 
     uri: str
-    storage_options: dict[str, str]
+    storage_options: StorageOptions
     external: dict[str, str] = field(default_factory=dict)  # a clone's sources: routing
 
 
@@ -200,7 +201,7 @@ def run_match_job(spark: SparkSession, job: MatchJob, groups: list[SnapshotSubse
                 bc.destroy()
 
 
-def spark_planner(spark: SparkSession, uri: str, storage_options: Mapping[str, str] | None,
+def spark_planner(spark: SparkSession, uri: str, storage_options: StorageOptions | None,
                   key_frame: DataFrame | None = None) -> Planner:
     """A :data:`~caslake.table.delete.Planner` that prunes on the driver with the core
     planner and finds the matching positions with Spark tasks."""
@@ -208,7 +209,8 @@ def spark_planner(spark: SparkSession, uri: str, storage_options: Mapping[str, s
     def plan(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache,
              base: Snapshot, conditions: Sequence[Condition]) -> DeletePlan:
         out = DeletePlan(base)
-        job = MatchJob(uri, dict(storage_options or {}), external_uris(base.manifest))
+        opts = cast(StorageOptions, dict(storage_options or {}))
+        job = MatchJob(uri, opts, external_uris(base.manifest))
         for cond in conditions:
             tasks = condition_scan(io, footers, tombstones, base, cond).plan().tasks
             if not tasks:
@@ -228,7 +230,7 @@ def spark_planner(spark: SparkSession, uri: str, storage_options: Mapping[str, s
 
 
 def delete(spark: SparkSession, uri: str, where: str | Expr, *,
-           storage_options: dict[str, str] | None = None,
+           storage_options: StorageOptions | None = None,
            read_version: int | None = None) -> CommitResult:
     """Delete the rows matching ``where`` (the SQL predicate or expression
     ``Table.delete`` takes), with Spark tasks computing the matching row positions.
@@ -267,7 +269,7 @@ def _key_table(batches: list[pa.RecordBatch], target: pa.Schema, keys: list[str]
 
 
 def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | str, *,
-           storage_options: dict[str, str] | None = None,
+           storage_options: StorageOptions | None = None,
            broadcast_keys_limit: int = BROADCAST_KEYS_LIMIT) -> CommitResult:
     """Apply a CDC batch in one commit: delete the live rows whose ``key`` columns
     equal a key of ``df`` (NULL keys never match), and append ``df``'s rows.
@@ -290,7 +292,7 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
     _refuse_duplicate_keys(df, keys)
     started = table.context.meter()  # before the tasks upload: gc's fence counts from here
     # Checks df's columns against the table before any task runs.
-    writer = WriteTarget(uri, dict(storage_options or {}), df.schema)
+    writer = WriteTarget(uri, cast(StorageOptions, dict(storage_options or {})), df.schema)
     try:
         entries = df.mapInArrow(functools.partial(_written_files, writer, new_token()),
                                 "file string").collect()

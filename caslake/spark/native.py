@@ -62,6 +62,7 @@ from caslake.errors import CorruptMetadata, InvalidArgument, SchemaMismatch
 from caslake.format.manifest import DataFile
 from caslake.spark.types import spark_schema_for
 from caslake.store import LocalStore, ObjectStore, S3Store
+from caslake.store.options import StorageOptions
 from caslake.table.deletion_mask import DeletionMask, load_masks
 from caslake.table.metadata_io import Snapshot
 from caslake.table.routing import resolve
@@ -78,7 +79,7 @@ ROW_INDEX = "_caslake_row_index"
 def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
                 timestamp: dt.datetime | str | int | None = None,
                 columns: Sequence[str] | None = None,
-                storage_options: dict[str, str] | None = None) -> DataFrame:
+                storage_options: StorageOptions | None = None) -> DataFrame:
     """Read one version of a caslake table with Spark's own Parquet reader.
 
     ``version`` or ``timestamp`` (a datetime, ISO-8601 text or epoch

@@ -46,7 +46,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -72,6 +72,7 @@ from caslake.spark.types import (
 )
 from caslake.store import open_store
 from caslake.store.base import ObjectStore
+from caslake.store.options import StorageOptions
 from caslake.table.footers import FooterCache
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.routing import external_uris, route
@@ -112,7 +113,7 @@ def default_parallelism() -> int:
 # --- options ----------------------------------------------------------------------
 
 
-def storage_options_from(options: Mapping[str, str]) -> dict[str, str]:
+def storage_options_from(options: Mapping[str, str]) -> StorageOptions:
     """``storage_options`` (a JSON object) merged with every ``storage.<key>`` option."""
     out: dict[str, str] = {}
     raw = options.get("storage_options")
@@ -127,13 +128,13 @@ def storage_options_from(options: Mapping[str, str]) -> dict[str, str]:
     for k, v in options.items():
         if k.lower().startswith("storage.") and len(k) > len("storage."):
             out[k[len("storage."):]] = str(v)
-    return out
+    return cast(StorageOptions, out)  # unknown keys are refused by the store
 
 
 @dataclass(frozen=True)
 class ReadOptions:
     uri: str
-    storage_options: dict[str, str]
+    storage_options: StorageOptions
     version: int | None = None
     timestamp: str | int | None = None
     columns: list[str] | None = None
@@ -183,7 +184,7 @@ class CaslakePartition(InputPartition):
     """Row groups of one or more planned data files of the pinned snapshot (picklable)."""
 
     uri: str
-    storage_options: dict[str, str]
+    storage_options: StorageOptions
     subset: SnapshotSubset  # its files, their tombstones, the row groups to read
     columns: list[str]
     where: str | None = None  # the read option ``where``: the DataFrame's own predicate

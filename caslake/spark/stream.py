@@ -42,6 +42,7 @@ from caslake.spark.write import (
     uploads_started,
 )
 from caslake.store.base import ObjectStore
+from caslake.store.options import StorageOptions
 from caslake.table.changes import check_txn
 
 QUERY_ID = "queryId"
@@ -90,7 +91,7 @@ class CaslakeStreamWriter(DataSourceStreamArrowWriter):
     ``(app_id, batch id)``.  Spark builds a fresh writer for each commit and abort,
     so all the state a batch needs is in its commit messages."""
 
-    def __init__(self, uri: str, storage_options: dict[str, str], schema: StructType,
+    def __init__(self, uri: str, storage_options: StorageOptions, schema: StructType,
                  overwrite: bool, app_id: str) -> None:
         self.overwrite = overwrite
         self.app_id = app_id

@@ -43,13 +43,14 @@ from caslake.format.manifest import (
 from caslake.format.refs import MAIN, REFS_FORMAT_VERSION, Hold, RefTarget, hold_key
 from caslake.store import open_store
 from caslake.store.base import ObjectStore
+from caslake.store.options import StorageOptions
 from caslake.table import refs
 from caslake.table.metadata_io import MetadataIO, Snapshot
 from caslake.table.routing import RoutingStore, external_uris, route
 
 
 def with_externals(store: ObjectStore, manifest: Manifest,
-                   storage_options: dict[str, str] | None) -> ObjectStore:
+                   storage_options: StorageOptions | None) -> ObjectStore:
     """``store`` able to read the objects of every table ``manifest`` references."""
     return route(store, external_uris(manifest), storage_options)
 
@@ -64,7 +65,7 @@ def _rekey(key: str, source_alias: str, aliases: Mapping[str, str]) -> str:
 
 def clone(source_uri: str, target_uri: str, *, version: int | None = None,
           tag: str | None = None, branch: str = MAIN,
-          storage_options: dict[str, str] | None = None) -> Snapshot:
+          storage_options: StorageOptions | None = None) -> Snapshot:
     """Create a table at ``target_uri`` whose version 0 is ``version`` (or tag
     ``tag``, or the head) of ``branch`` of the table at ``source_uri``, without
     copying data.  Returns the clone's version-0 snapshot."""
@@ -151,7 +152,7 @@ def _read_hold(store: ObjectStore, key: str) -> Hold:
         raise TableNotFound(f"the hold {key} on {store.uri} is missing") from None
 
 
-def _release(external: Mapping[str, ExternalTable], storage_options: dict[str, str] | None,
+def _release(external: Mapping[str, ExternalTable], storage_options: StorageOptions | None,
              holder_id: str) -> None:
     for ext in external.values():
         if ext.hold == hold_key(holder_id):
@@ -195,7 +196,7 @@ def _last_manifest(store: ObjectStore) -> Manifest | None:
     return parse_manifest(store.get(key).data, key)
 
 
-def drop_table(uri: str, *, storage_options: dict[str, str] | None = None) -> None:
+def drop_table(uri: str, *, storage_options: StorageOptions | None = None) -> None:
     """Delete the table at ``uri`` and release the holds it has on other tables.
     Refused (RefInUse, naming them) while clones of it still hold its objects.
 

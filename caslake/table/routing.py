@@ -31,6 +31,7 @@ from caslake.store.base import (
     PutMode,
     StagedFile,
 )
+from caslake.store.options import StorageOptions
 
 
 class RoutingStore(ObjectStore):
@@ -111,7 +112,7 @@ def external_uris(manifest: Manifest) -> dict[str, str]:
 
 
 def route(store: ObjectStore, external: Mapping[str, str],
-          storage_options: dict[str, str] | None) -> ObjectStore:
+          storage_options: StorageOptions | None) -> ObjectStore:
     """``store`` able to read the objects of the tables ``external`` (``alias ->
     URI``, see :func:`external_uris`) names; ``store`` itself when it names none.
     The referenced tables are never clones' aliases themselves: a clone of a clone

@@ -35,6 +35,7 @@ from caslake.format.properties import retention_policy
 from caslake.format.schema import TableSchema
 from caslake.store import open_store
 from caslake.store.base import ObjectStore, PutMode
+from caslake.store.options import StorageOptions
 from caslake.table import refs
 from caslake.table.changes import Changes, check_txn, txn_applied, write_prepare
 from caslake.table.clone import with_externals
@@ -91,7 +92,7 @@ class TableCore(ArrowExport, RefMethods):
         return cls(store, io.latest(), io=io, pointer_key=pointer_key, **kwargs)
 
     @classmethod
-    def open(cls, uri: str, *, storage_options: dict[str, str] | None = None,
+    def open(cls, uri: str, *, storage_options: StorageOptions | None = None,
              write_options: WriteOptions | None = None) -> Self:
         """Open an existing table at its latest version.  Raises TableNotFound.  A
         clone's store also reads the objects it references in its source."""
@@ -102,7 +103,7 @@ class TableCore(ArrowExport, RefMethods):
 
     @classmethod
     def create(cls, uri: str, schema: pa.Schema, *,
-               storage_options: dict[str, str] | None = None,
+               storage_options: StorageOptions | None = None,
                properties: dict[str, str] | None = None,
                write_options: WriteOptions | None = None) -> Self:
         """Create an empty table (version 0).  Raises TableAlreadyExists."""
