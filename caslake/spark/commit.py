@@ -14,7 +14,7 @@ Abort rules (docs/protocol.md, "Spark writes"):
   nothing of the job can be referenced: abort deletes its files.
 * If ``commit`` raised :class:`CommitOutcomeUnknown` (or died half way),
   abort settles the outcome first, as the commit loop does, by reading the
-  pointer back (:func:`caslake.table.commit.find_commit`): the commit id
+  pointer back (:func:`caslake.core.commit.find_commit`): the commit id
   landed -> keep everything; the table passed the version the commit aimed at
   without it -> delete; not provable either way -> keep (orphans for GC).
   Abort never deletes a file of a commit that may have landed.
@@ -31,7 +31,17 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from caslake.api import create_table
+from caslake.core import (
+    CommitOutcome,
+    MetadataIO,
+    UploadsNotCollected,
+    commit_with_retry,
+    find_commit,
+    settle,
+    txn_applied,
+    write_prepare,
+    write_requirements,
+)
 from caslake.errors import (
     CommitConflict,
     CommitOutcomeUnknown,
@@ -46,10 +56,7 @@ from caslake.format.manifest import DataFile
 from caslake.format.schema import TableSchema
 from caslake.store.base import ObjectStore
 from caslake.store.options import StorageOptions
-from caslake.table.changes import txn_applied, write_prepare
-from caslake.table.commit import CommitOutcome, commit_with_retry, find_commit, settle
-from caslake.table.metadata_io import MetadataIO
-from caslake.table.requirements import UploadsNotCollected, write_requirements
+from caslake.table import create_table
 
 log = logging.getLogger(__name__)
 

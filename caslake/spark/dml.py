@@ -4,15 +4,15 @@
     caslake.spark.upsert(spark, uri, cdc_df, key=["id"])
 
 Both run exactly like ``Table.delete`` / ``Table.upsert``: a
-:class:`~caslake.table.transaction.Transaction` pins the latest version, plans,
+:class:`~caslake.ops.transaction.Transaction` pins the latest version, plans,
 writes one tombstone and makes **one** commit (with the core's rebase rules and
 ``read_version`` validation).  Only two steps move to Spark:
 
 * **Which rows match.**  The driver runs the core planner's pruning
-  (:func:`~caslake.table.delete.condition_scan`: manifest statistics, footers,
+  (:func:`~caslake.ops.delete.condition_scan`: manifest statistics, footers,
   wholly deleted row groups) and splits the surviving files into groups, one
   Spark task each.  Each task calls the core's
-  :func:`~caslake.table.delete.matching_positions` on its files (live rows that
+  :func:`~caslake.ops.delete.matching_positions` on its files (live rows that
   match, minus rows already deleted) and returns one roaring bitmap per file.
   For an upsert with more distinct keys than ``broadcast_keys_limit``, tasks
   return the live rows' keys and positions instead, and a Spark semi-join with
@@ -40,7 +40,20 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from caslake.api import CommitResult, open_table
+from caslake.core import (
+    POSITION,
+    Condition,
+    FileTask,
+    FooterCache,
+    KeyCondition,
+    MetadataIO,
+    Scan,
+    Snapshot,
+    SnapshotSubset,
+    TombstoneCache,
+    external_uris,
+    route,
+)
 from caslake.errors import (
     CaslakeError,
     CommitConflict,
@@ -51,28 +64,16 @@ from caslake.errors import (
 )
 from caslake.expr import Expr
 from caslake.format.keys import new_token
+from caslake.ops.delete import DeletePlan, Planner, check_where, condition_scan, matching_positions
+from caslake.ops.transaction import Transaction, upsert_keys
+from caslake.ops.upsert import duplicate_key
 from caslake.spark.messages import data_file_from_json
 from caslake.spark.save import caslake_error_from_spark
 from caslake.spark.types import conform_for_read, conform_for_write, spark_type_for
 from caslake.spark.write import WriteTarget
 from caslake.store import open_store
 from caslake.store.options import StorageOptions
-from caslake.table.delete import (
-    Condition,
-    DeletePlan,
-    KeyCondition,
-    Planner,
-    check_where,
-    condition_scan,
-    matching_positions,
-)
-from caslake.table.deletion_mask import TombstoneCache
-from caslake.table.footers import FooterCache
-from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.routing import external_uris, route
-from caslake.table.scan import POSITION, FileTask, Scan, SnapshotSubset
-from caslake.table.transaction import Transaction, upsert_keys
-from caslake.table.upsert_keys import duplicate_key
+from caslake.table import CommitResult, open_table
 
 # Upserts with at most this many distinct keys send the key set to every task
 # (a broadcast); larger key sets are matched by a Spark semi-join.
@@ -87,7 +88,7 @@ POSITIONS = "positions"
 @dataclass(frozen=True)
 class MatchJob:
     """Where executors open the table's store (a clone's routed to its sources, as
-    ``Table.open`` does: :mod:`caslake.table.routing`)."""
+    ``Table.open`` does: :mod:`caslake.core.routing`)."""
 
     uri: str
     storage_options: StorageOptions
@@ -203,7 +204,7 @@ def run_match_job(spark: SparkSession, job: MatchJob, groups: list[SnapshotSubse
 
 def spark_planner(spark: SparkSession, uri: str, storage_options: StorageOptions | None,
                   key_frame: DataFrame | None = None) -> Planner:
-    """A :data:`~caslake.table.delete.Planner` that prunes on the driver with the core
+    """A :data:`~caslake.ops.delete.Planner` that prunes on the driver with the core
     planner and finds the matching positions with Spark tasks."""
 
     def plan(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache,

@@ -31,6 +31,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from caslake.core import check_txn
 from caslake.errors import InvalidArgument
 from caslake.format.keys import new_token
 from caslake.spark.commit import abort_files, commit_files, forget_commit, stream_commit_id
@@ -43,7 +44,6 @@ from caslake.spark.write import (
 )
 from caslake.store.base import ObjectStore
 from caslake.store.options import StorageOptions
-from caslake.table.changes import check_txn
 
 QUERY_ID = "queryId"
 CHECKPOINT = "checkpointLocation"

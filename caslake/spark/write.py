@@ -27,19 +27,18 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
+from caslake.core import MetadataIO, check_txn, txn_applied
 from caslake.errors import InvalidArgument, SchemaMismatch, StoreError, TableNotFound
 from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile
 from caslake.format.schema import TableSchema
+from caslake.ops.write import WriteOptions, write_data_files
 from caslake.spark.commit import abort_files, commit_files, forget_commit
 from caslake.spark.messages import data_file_from_json, table_schema_from_json
 from caslake.spark.types import arrow_schema_for, conform_for_write, writable
 from caslake.store import open_store
 from caslake.store.base import ObjectStore
 from caslake.store.options import StorageOptions
-from caslake.table.changes import check_txn, txn_applied
-from caslake.table.metadata_io import MetadataIO
-from caslake.table.write import WriteOptions, write_data_files
 
 TXN_APP_ID = "txnAppId"
 TXN_VERSION = "txnVersion"

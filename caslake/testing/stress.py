@@ -80,9 +80,9 @@ from typing import Any, TextIO, cast
 import pyarrow as pa
 
 import caslake
+from caslake.core import CommitPolicy
 from caslake.errors import CaslakeError, CommitConflict, CommitOutcomeUnknown
 from caslake.store.options import StorageOptions
-from caslake.table.commit import CommitPolicy
 
 HISTORY_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False),
                             pa.field("writer", pa.int64(), nullable=False),

@@ -7,9 +7,9 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.core import WriteOptions
+from caslake.core.metadata_io import MetadataIO
 from caslake.store.base import GET, GET_RANGE, HEAD, LIST, PUT
-from caslake.table.metadata_io import MetadataIO
-from caslake.table.write import WriteOptions
 
 pytestmark = pytest.mark.s3
 SCHEMA = pa.schema([("id", pa.int64()), ("a", pa.int64()), ("b", pa.int64())])

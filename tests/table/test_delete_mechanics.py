@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 import caslake
+from caslake.core import WriteOptions
 from caslake.errors import CorruptMetadata, InvalidPredicate
 from caslake.format.tombstone import FileDeletes, KeyRange, Tombstone, parse_tombstone
 from caslake.store.base import GET_RANGE
-from caslake.table.write import WriteOptions
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
