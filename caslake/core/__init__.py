@@ -10,6 +10,9 @@ hands the writer (``write_options``, ``arrow_input``, ``coerce``), where a clone
 table's files live (``routing``), and the read path (``read/``: scan planning and
 execution, deletion masks, Arrow export).
 
+Every commit from above goes through the operation runner (``run_operation``):
+the commit loop itself (``commit.commit_with_retry``) is not exported here.
+
 It never imports ``caslake.ops``, ``caslake.dataset``, ``caslake.export``,
 ``caslake.spark`` or ``caslake.cli``; those import this package, never its
 modules (``tests/test_architecture.py``).
@@ -18,7 +21,7 @@ modules (``tests/test_architecture.py``).
 from caslake.core.arrow_input import as_reader
 from caslake.core.changes import Changes, Requirement, check_txn, txn_applied, write_prepare
 from caslake.core.coerce import SchemaConformer
-from caslake.core.commit import CommitOutcome, CommitPolicy, commit_with_retry, find_commit, settle
+from caslake.core.commit import CommitPolicy, find_commit, settle
 from caslake.core.conflicts import (
     Condition,
     KeyCondition,
@@ -43,6 +46,7 @@ from caslake.core.requirements import (
 )
 from caslake.core.routing import RoutingStore, external_uris, key_at, resolve, route
 from caslake.core.runner import (
+    STARTED_AT_MS,
     CommitResult,
     TableContext,
     adopt_ref_move,
@@ -54,9 +58,9 @@ from caslake.core.write_options import MiB, WriteOptions
 __all__ = [
     "COMPACT",
     "POSITION",
+    "STARTED_AT_MS",
     "ArrowExport",
     "Changes",
-    "CommitOutcome",
     "CommitPolicy",
     "CommitResult",
     "Condition",
@@ -85,7 +89,6 @@ __all__ = [
     "as_reader",
     "changed_since",
     "check_txn",
-    "commit_with_retry",
     "complete_summary",
     "external_uris",
     "find_commit",

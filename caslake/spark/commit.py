@@ -32,11 +32,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from caslake.core import (
-    CommitOutcome,
+    STARTED_AT_MS,
+    CommitResult,
     MetadataIO,
-    UploadsNotCollected,
-    commit_with_retry,
+    TableContext,
     find_commit,
+    run_operation,
     settle,
     txn_applied,
     write_prepare,
@@ -128,8 +129,9 @@ def _delete(store: ObjectStore, files: Sequence[DataFile]) -> None:
 def commit_files(store: ObjectStore, *, uri: str, storage_options: StorageOptions,
                  schema: TableSchema, files: Sequence[DataFile], start_version: int | None,
                  commit_id: str, overwrite: bool, txn: tuple[str, int] | None,
-                 params: dict[str, str], started_at_ms: int | None = None) -> CommitOutcome:
-    """Commit ``files`` (written with ``schema``) as exactly one version.
+                 params: dict[str, str], started_at_ms: int | None = None) -> CommitResult:
+    """Commit ``files`` (written with ``schema``) as exactly one version, through the
+    one operation runner (:func:`caslake.core.run_operation`) as every other write.
 
     ``start_version``: the version the write was planned against (None: there was
     no table; it is created first).  An overwrite conflicts with any commit since.
@@ -155,10 +157,13 @@ def commit_files(store: ObjectStore, *, uri: str, storage_options: StorageOption
         prepare = write_prepare(operation, files, remove_all=overwrite, txn=txn, params=params)
         requirements = write_requirements(operation, schema, txn=txn,
                                           base_version=required if overwrite else None)
-        if started_at_ms is not None and files:
-            requirements = (*requirements, UploadsNotCollected(started_at_ms, operation))
-        outcome = commit_with_retry(MetadataIO(store), prepare, requirements=requirements,
-                                    commit_id=commit_id)
+        io = MetadataIO(store)
+        ctx = TableContext(store, io.latest(), io=io)
+        # The runner refuses the commit if gc collected uploads made after the first
+        # task began (only when it adds files, as the requirement did here before).
+        started = {} if started_at_ms is None else {STARTED_AT_MS: started_at_ms}
+        result = run_operation(ctx, operation, prepare, requirements=requirements,
+                               started=started, commit_id=commit_id)
     except CommitOutcomeUnknown as e:
         _record(commit_id, OpenCommit(after, e.version))
         raise
@@ -167,12 +172,12 @@ def commit_files(store: ObjectStore, *, uri: str, storage_options: StorageOption
         raise
     # Any other error leaves the record open with no known version: abort will keep
     # the files unless it finds the commit id.
-    if outcome.noop and not outcome.unsettled:
+    if result.noop:
         # Nothing to do (the txn already landed, or an append of nothing): no manifest
-        # of ours is referenced and no pointer write of ours is in flight.
+        # of ours is referenced, and the runner settled every pointer write of ours.
         _delete(store, files)
     forget_commit(commit_id)
-    return outcome
+    return result
 
 
 def _recorded_by(io: MetadataIO, commit_id: str, txn: tuple[str, int]) -> bool | None:
