@@ -114,8 +114,8 @@ class Table(ArrowExport):
                  write_options: WriteOptions | None = None,
                  commit_policy: CommitPolicy | None = None, io: MetadataIO | None = None,
                  pointer_key: str = POINTER_KEY) -> None:
-        self.context = ctx = TableContext(store, snapshot, io=io, write_options=write_options,
-                                          commit_policy=commit_policy, pointer_key=pointer_key)
+        self._context = ctx = TableContext(store, snapshot, io=io, write_options=write_options,
+                                           commit_policy=commit_policy, pointer_key=pointer_key)
 
         # ``export.iceberg`` / ``export.delta`` table properties: export each commit.
         def export_on_commit(snapshot: Snapshot) -> None:  # the name the runner logs
@@ -155,6 +155,14 @@ class Table(ArrowExport):
                           commit_policy=self.commit_policy, pointer_key=pointer_key)
 
     # --- state ---------------------------------------------------------------------
+    # The handle's context and caches are read-only from outside: operations get the
+    # context (``table.context``); only the runner moves its snapshot.
+
+    @property
+    def context(self) -> TableContext:
+        """The handle's :class:`~caslake.core.TableContext` (store, metadata IO, caches,
+        options, clock), as the operations below the facade see it."""
+        return self._context
 
     @property
     def store(self) -> ObjectStore:
@@ -164,10 +172,6 @@ class Table(ArrowExport):
     def io(self) -> MetadataIO:
         return self.context.io
 
-    @io.setter
-    def io(self, io: MetadataIO) -> None:
-        self.context.io = io
-
     @property
     def footers(self) -> FooterCache:
         return self.context.footers
@@ -175,10 +179,6 @@ class Table(ArrowExport):
     @property
     def tombstones(self) -> TombstoneCache:
         return self.context.tombstones
-
-    @tombstones.setter
-    def tombstones(self, cache: TombstoneCache) -> None:
-        self.context.tombstones = cache
 
     @property
     def write_options(self) -> WriteOptions:
