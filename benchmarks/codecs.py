@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import caslake
 from benchmarks.append import make_rows
 from benchmarks.peers import dir_bytes
-from caslake.table.write import WriteOptions
+from caslake.core import WriteOptions
 
 CODECS: dict[str, WriteOptions] = {
     "zstd-1": WriteOptions(compression="zstd", compression_level=1),

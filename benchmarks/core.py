@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 
 import caslake
 from benchmarks.timing import Row, best_of, print_rows
+from caslake.core.changes import Changes
+from caslake.core.commit import commit_with_retry
 from caslake.format.manifest import DataFile
-from caslake.table.changes import Changes
-from caslake.table.commit import commit_with_retry
 
 SCHEMA = pa.schema([("id", pa.int64()), ("user", pa.string()), ("value", pa.float64()),
                     ("ts", pa.timestamp("us", tz="UTC"))])

@@ -22,7 +22,7 @@ import uuid
 import pyarrow as pa
 
 import caslake
-from caslake.table.write import WriteOptions
+from caslake.core import WriteOptions
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.float64())])
 

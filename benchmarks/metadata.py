@@ -51,14 +51,14 @@ import pyarrow as pa
 
 import caslake
 from benchmarks.timing import Row, print_rows
+from caslake.core import changes as changes_policy
+from caslake.core.changes import Changes
+from caslake.core.commit import commit_with_retry
 from caslake.format import FORMAT_VERSION
 from caslake.format import segment as segment_format
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TOMBSTONE_PREFIX
 from caslake.format.manifest import DataFile
-from caslake.table import changes as changes_policy
-from caslake.table.changes import Changes
-from caslake.table.commit import commit_with_retry
-from caslake.table.write import WriteOptions, write_data_files
+from caslake.ops.write import WriteOptions, write_data_files
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 FILLER_ID = 1_000_000_000

@@ -250,8 +250,8 @@ def main(sf: float, cores: list[int], append: bool) -> int:
 
 def bench_append(data: pa.Table, root: Path) -> None:
     import caslake
+    from caslake.core.write_options import ZSTD_DEFAULT_LEVEL
     from caslake.format.parquet import WRITE_PAGE_CHECKSUMS
-    from caslake.table.write import ZSTD_DEFAULT_LEVEL
 
     n = [0]
 

@@ -49,7 +49,7 @@ def set_cores(n: int) -> None:
     """pyarrow's CPU pool and caslake's scan and encode pools to ``n`` threads."""
     import pyarrow as pa
 
-    from caslake.table import pools
+    from caslake.core import pools
 
     pa.set_cpu_count(n)
     pools.set_threads(n)

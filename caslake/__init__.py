@@ -4,7 +4,11 @@ Immutable Parquet data files and manifests, one compare-and-swap pointer
 (``_latest_manifest``), no catalog, no lock service.
 """
 
-from caslake.api import (
+from caslake.core import CommitPolicy, WriteOptions
+from caslake.errors import CaslakeError
+from caslake.expr import col, lit
+from caslake.store.options import StorageOptions
+from caslake.table import (
     CommitResult,
     HistoryEntry,
     Table,
@@ -13,16 +17,13 @@ from caslake.api import (
     drop_table,
     open_table,
 )
-from caslake.errors import CaslakeError
-from caslake.expr import col, lit
-from caslake.table.commit import CommitPolicy
-from caslake.table.write import WriteOptions
 
 __all__ = [
     "CaslakeError",
     "CommitPolicy",
     "CommitResult",
     "HistoryEntry",
+    "StorageOptions",
     "Table",
     "WriteOptions",
     "clone",

@@ -450,5 +450,6 @@ class ManifestCorrupted(CorruptMetadata):
 # --- optional extras --------------------------------------------------------------
 
 
-class MissingDependency(CaslakeError):
-    """An optional extra is not installed; the message says what to install."""
+#: The former name of :class:`OptionalDependencyMissing` (``caslake.dataset.dagster``
+#: raised it); kept as an alias so ``except MissingDependency`` still catches.
+MissingDependency = OptionalDependencyMissing

@@ -106,8 +106,8 @@ def any_store(store_kind: str, open_test_store: Callable[[str], ObjectStore]) ->
 def segment_thresholds(inline: int = 2, fanout: int = 2, block: int = 2) -> Iterator[None]:
     """Lower the segment folding thresholds (docs/format.md, "Segments") so a table
     of a few files already has several segment objects of several blocks."""
+    from caslake.core import changes
     from caslake.format import segment
-    from caslake.table import changes
     saved = changes.INLINE_LIMIT, changes.FANOUT, segment.BLOCK_FILES
     changes.INLINE_LIMIT, changes.FANOUT, segment.BLOCK_FILES = inline, fanout, block
     try:

@@ -10,6 +10,7 @@ from the layer check (a lower layer must not even name a higher layer's types).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,16 +27,21 @@ LAYERS: list[tuple[str, ...]] = [
     ("caslake.store",),
     ("caslake.format",),
     ("caslake.expr",),
-    ("caslake.table",),
-    ("caslake.maintenance", "caslake.dataset", "caslake.export"),
-    ("caslake.api", "caslake"),  # the public facade and the package's re-exports
-    ("caslake.spark", "caslake.cli", "caslake.cli_common", "caslake.cli_dataset",
-     "caslake.cli_input", "caslake.cli_output"),
+    ("caslake.core",),  # the commit core and the read path
+    ("caslake.ops",),  # one module per operation
+    ("caslake.dataset", "caslake.export"),
+    ("caslake.table", "caslake.api", "caslake"),  # the public facade and the re-exports
+    ("caslake.spark", "caslake.cli"),
     ("caslake.demo", "caslake.spark.demo", "caslake.testing"),
 ]
 # Packages of one layer that are peers: each stands on the layers below, never on
-# another (maintenance, dataset and export are independent features).
-PEERS = {"caslake.maintenance", "caslake.dataset", "caslake.export"}
+# another (the dataset store and the exporters are independent features).
+PEERS = {"caslake.dataset", "caslake.export"}
+# The layers above the core reach it through its one door, ``caslake.core``.
+CORE = "caslake.core"
+ABOVE_CORE = ("caslake.ops", "caslake.dataset", "caslake.export", "caslake.spark", "caslake.cli",
+              "caslake.table", "caslake.api", "caslake.demo", "caslake.testing")
+DOCS = ROOT.parent / "docs"
 
 
 @dataclass(frozen=True)
@@ -197,21 +203,86 @@ def test_no_import_cycles() -> None:
         " <-> ".join(c) for c in found)
 
 
-def test_table_layer_never_imports_maintenance() -> None:
-    assert not [e for e in graph() if e.source.startswith("caslake.table")
-                and e.target.startswith("caslake.maintenance")]
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def core_imports_above(edges: list[Edge]) -> list[Edge]:
+    """Edges from the core to anything above it (ops, dataset, export, spark, cli,
+    the facade), type-only ones included."""
+    return [e for e in edges if _inside(e.source, CORE) and not _inside(e.target, CORE)
+            and layer_of(e.target) > layer_of(CORE)]
+
+
+def past_the_core_door(edges: list[Edge]) -> list[Edge]:
+    """Edges from a layer above the core to one of the core's modules instead of
+    ``caslake.core`` itself (type-only ones included)."""
+    return [e for e in edges if _inside(e.target, CORE) and e.target != CORE
+            and any(_inside(e.source, p) for p in ABOVE_CORE)]
+
+
+def test_the_core_imports_nothing_above_it() -> None:
+    bad = core_imports_above(graph())
+    assert not bad, "the core imports a layer above it:\n" + "\n".join(map(str, bad))
+
+
+def test_layers_above_the_core_import_only_caslake_core() -> None:
+    bad = past_the_core_door(graph())
+    assert not bad, ("import `caslake.core`, not its modules (add the name to "
+                     "caslake/core/__init__.py):\n" + "\n".join(map(str, bad)))
+
+
+_PATH = re.compile(r"`((?:\w+/)*\w+\.py|(?:\w+/)+)`")  # `core/commit.py`, `ops/`, `table.py`
+_MODULE_NAME = re.compile(r"`(caslake(?:\.\w+)+)`")
+
+
+def _path_exists(path: str) -> bool:
+    """A path as the docs write it: from the repository root or from ``caslake/``;
+    a bare file name (``refs.py``, in a row that names its package) anywhere in the
+    package."""
+    repo = ROOT.parent
+    if (repo / path).exists() or (ROOT / path).exists():
+        return True
+    return "/" not in path and any(ROOT.rglob(path))
+
+
+def missing_modules(text: str) -> list[str]:
+    """The ``caslake/...py`` paths, packages (``ops/``) and ``caslake.x.y`` names a
+    document puts in backticks that name nothing in the tree."""
+    modules = all_modules()
+    bad = [p for p in sorted(set(_PATH.findall(text))) if not _path_exists(p)]
+    for name in sorted(set(_MODULE_NAME.findall(text))):
+        # a module, or an attribute of one (``caslake.core.run_operation``)
+        if name not in modules and name.rpartition(".")[0] not in modules:
+            bad.append(name)
+    return bad
+
+
+def test_architecture_doc_names_only_modules_that_exist() -> None:
+    bad = missing_modules((DOCS / "architecture.md").read_text())
+    assert not bad, "docs/architecture.md names modules that do not exist: " + ", ".join(bad)
+
+
+def test_the_doc_check_catches_a_module_that_does_not_exist() -> None:
+    assert missing_modules("see `core/commit.py`, `caslake.core.run_operation`, `ops/`, "
+                           "`refs.py`, `caslake/table.py`, `tests/test_architecture.py`") == []
+    assert missing_modules("see `table/commit.py`") == ["table/commit.py"]
+    assert missing_modules("see `maintenance/`") == ["maintenance/"]
+    assert missing_modules("see `segment_cache.py`") == ["segment_cache.py"]
+    assert missing_modules("see `caslake.maintenance.gc`") == ["caslake.maintenance.gc"]
 
 
 # --- the checker itself must be able to fail -------------------------------------------
 
 
 @pytest.mark.parametrize(("source", "text", "expect"), [
-    ("caslake.store.base", "def f():\n    from caslake.table import commit\n", "up"),
-    ("caslake.table.commit", "from caslake.maintenance.gc import GcReport\n", "up"),
+    ("caslake.store.base", "def f():\n    from caslake.core import commit\n", "up"),
+    ("caslake.core.commit", "from caslake.ops.gc import GcReport\n", "up"),
     ("caslake.format.keys", "if TYPE_CHECKING:\n    from caslake.expr import Expr\n", "up"),
-    ("caslake.maintenance.gc", "from caslake.dataset import x\n", "up"),
-    ("caslake.table.scan", "from caslake.store.base import ObjectStore\n", "ok"),
-    ("caslake.cli", "from caslake.maintenance.verify import verify_table\n", "ok"),
+    ("caslake.ops.gc", "from caslake.dataset import x\n", "up"),
+    ("caslake.export.delta", "from caslake.dataset import x\n", "up"),
+    ("caslake.core.read.scan", "from caslake.store.base import ObjectStore\n", "ok"),
+    ("caslake.cli.main", "from caslake.ops.verify import verify_table\n", "ok"),
 ])
 def test_the_layer_check_catches_an_upward_import(tmp_path: Path, source: str, text: str,
                                                   expect: str) -> None:
@@ -224,8 +295,27 @@ def test_the_layer_check_catches_an_upward_import(tmp_path: Path, source: str, t
 
 
 def test_the_cycle_check_catches_a_lazy_cycle_but_not_a_type_only_one() -> None:
-    lazy = [Edge("caslake.table.a", "caslake.table.b", 1, False),
-            Edge("caslake.table.b", "caslake.table.a", 9, False)]
-    assert cycles(lazy) == [["caslake.table.a", "caslake.table.b"]]
-    typed = [lazy[0], Edge("caslake.table.b", "caslake.table.a", 9, True)]
+    lazy = [Edge("caslake.core.a", "caslake.core.b", 1, False),
+            Edge("caslake.core.b", "caslake.core.a", 9, False)]
+    assert cycles(lazy) == [["caslake.core.a", "caslake.core.b"]]
+    typed = [lazy[0], Edge("caslake.core.b", "caslake.core.a", 9, True)]
     assert cycles(typed) == []
+
+
+@pytest.mark.parametrize(("source", "text", "rule"), [
+    ("caslake.core.runner", "from caslake.ops.write import write_data_files\n", "core"),
+    ("caslake.core.commit", "if TYPE_CHECKING:\n    from caslake.spark import x\n", "core"),
+    ("caslake.ops.gc", "from caslake.core.runner import run_operation\n", "door"),
+    ("caslake.spark.dml", "from caslake.core.read.scan import Scan\n", "door"),
+    ("caslake.ops.gc", "from caslake.core import run_operation\n", "ok"),
+    ("caslake.core.runner", "from caslake.core.commit import settle\n", "ok"),
+])
+def test_the_core_rules_catch_a_wrong_import(tmp_path: Path, source: str, text: str,
+                                             rule: str) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(text)
+    modules = {**all_modules(), "caslake.spark.x": path}
+    edges = edges_of(source, path, modules)
+    assert edges, "the import was not seen"
+    assert bool(core_imports_above(edges)) == (rule == "core")
+    assert bool(past_the_core_door(edges)) == (rule == "door")

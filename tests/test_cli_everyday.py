@@ -97,7 +97,7 @@ def test_scan_output_streams_in_bounded_batches(tmp_path: Path,
     """--output and --json never build the whole result: they must not call to_arrow
     or read_all, and the JSON lines are written as batches arrive."""
     uri = _table(tmp_path, 50)
-    from caslake.table.scan import Scan
+    from caslake.core.read.scan import Scan
 
     def boom(self: Scan) -> pa.Table:
         raise AssertionError("materialised the whole scan")

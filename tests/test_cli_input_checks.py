@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import caslake
-from caslake import cli_input
+from caslake.cli import input as cli_input
 from caslake.cli import main
-from caslake.cli_input import InvalidTextFormat, TextOptions
+from caslake.cli.input import InvalidTextFormat, TextOptions
 
 
 def run(*argv: str) -> tuple[int, str]:

@@ -9,7 +9,7 @@
 The on-storage layout reads and writes datasets of remote-store's
 ``remote_store.ext.parquet``; concurrent writers are safe (one conditional
 write of ``manifest.json`` commits a write).  See ``docs/dataset.md``.
-This package sits beside :mod:`caslake.maintenance` and never imports
+This package sits beside :mod:`caslake.export` and never imports
 :mod:`caslake.table`.
 """
 

@@ -1,7 +1,7 @@
 """A Dagster IO manager that stores asset outputs as caslake datasets (RFC-0008 PDS-009).
 
 Needs the ``dagster`` extra (``pip install 'caslake[dagster]'``); importing this
-module without it raises :class:`~caslake.errors.MissingDependency`.
+module without it raises :class:`~caslake.errors.OptionalDependencyMissing`.
 
 Each output is written with :meth:`ParquetDatasetStore.write_dataset` (with
 ``overwrite=True``: re-materializing replaces the dataset atomically) at
@@ -15,18 +15,20 @@ mapping between Dagster contexts and dataset keys.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import pyarrow as pa
 
-from caslake.errors import InvalidArgument, MissingDependency
+from caslake.errors import InvalidArgument, OptionalDependencyMissing
+from caslake.store.options import StorageOptions
 
 try:
     from dagster import ConfigurableIOManager, InputContext, OutputContext
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
-    raise MissingDependency(
-        "caslake.dataset.dagster needs Dagster: pip install 'caslake[dagster]'") from exc
+    raise OptionalDependencyMissing(
+        "caslake.dataset.dagster needs Dagster: pip install 'caslake[dagster]'",
+        package="caslake[dagster]") from exc
 
 from caslake.dataset.store import ParquetDatasetStore
 
@@ -47,7 +49,8 @@ class DatasetIOManager(ConfigurableIOManager):  # type: ignore[misc]
     max_rows_per_file: int | None = None
 
     def _pds(self) -> ParquetDatasetStore:
-        return ParquetDatasetStore(self.uri, storage_options=self.storage_options or None,
+        options = cast(StorageOptions, self.storage_options) or None
+        return ParquetDatasetStore(self.uri, storage_options=options,
                                    compression=self.compression,
                                    max_rows_per_file=self.max_rows_per_file)
 

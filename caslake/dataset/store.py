@@ -22,7 +22,7 @@ import :mod:`caslake.table`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -62,6 +62,7 @@ from caslake.expr import BoundExpr, Expr
 from caslake.store import open_store
 from caslake.store.base import IfMatch, Mode, ObjectStore, PutMode
 from caslake.store.keys import check_key
+from caslake.store.options import StorageOptions
 
 CODECS = frozenset({"none", "uncompressed", "snappy", "gzip", "brotli", "lz4", "zstd"})
 #: Compressed bytes after which a part is closed and the next one started.
@@ -104,7 +105,7 @@ class ParquetDatasetStore:
     def __init__(self, store: ObjectStore | str, *, compression: str = "zstd",
                  row_group_size: int | None = None, max_rows_per_file: int | None = None,
                  max_bytes_per_file: int | None = DEFAULT_MAX_BYTES_PER_FILE,
-                 storage_options: Mapping[str, str | bool] | None = None) -> None:
+                 storage_options: StorageOptions | None = None) -> None:
         if isinstance(store, str):
             store = open_store(store, storage_options)
         elif not isinstance(store, ObjectStore):

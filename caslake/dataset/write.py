@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from caslake.errors import InvalidArgument, SchemaMismatch
+from caslake.ops.write import split_batches
 from caslake.store.base import ObjectStore, PutMode
-from caslake.table.write import split_batches
 
 MiB = 1024 * 1024
 #: Arrow bytes of pending rows that close a row group when ``row_group_size`` is not set.

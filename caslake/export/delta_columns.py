@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from caslake.core import FooterCache
 from caslake.errors import ExportColumnsDiverged
 from caslake.format.manifest import DataFile
 from caslake.format.schema import FIELD_ID_KEY, TableSchema
 from caslake.store.base import ObjectStore
-from caslake.table.footers import FooterCache
 
 MODE = "name"
 COLUMNS_TAG = "caslake.columns"  # add.tags: the file's Parquet column names by field id

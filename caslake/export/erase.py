@@ -24,6 +24,7 @@ from caslake.export.result import ExportResult
 from caslake.export.roots import iceberg_keep
 from caslake.export.source import TableHandle, load_source
 from caslake.store.base import ObjectStore
+from caslake.store.options import StorageOptions
 
 FORMATS = ("iceberg", "delta")
 _PREFIXES = {"iceberg": (METADATA_PREFIX,), "delta": (LOG_PREFIX, f"{DV_PREFIX}/")}
@@ -123,7 +124,7 @@ def _version(key: str) -> tuple[int, str]:
 
 
 def drop_export(table: TableHandle, fmt: str, *, out: str | ObjectStore | None = None,
-                storage_options: dict[str, str] | None = None) -> int:
+                storage_options: StorageOptions | None = None) -> int:
     """Delete the ``fmt`` ("iceberg" or "delta") export of ``table`` (at the table
     root, or for Iceberg at ``out``).  Refused with ExportOnCommitEnabled while the
     table property ``export.<fmt>`` is true (the next commit would write it again);

@@ -11,10 +11,10 @@ last published one, never from the last attempt).  Never commits.
 
 from __future__ import annotations
 
+from caslake.core import Snapshot
 from caslake.export.delta import export_delta
 from caslake.export.iceberg import export_iceberg
 from caslake.export.source import TableHandle
-from caslake.table.metadata_io import Snapshot
 
 ICEBERG_PROPERTY = "export.iceberg"
 DELTA_PROPERTY = "export.delta"

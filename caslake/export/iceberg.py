@@ -51,6 +51,7 @@ from caslake.export.types import iceberg_bound, iceberg_schema
 from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.store.base import ObjectStore
+from caslake.store.options import StorageOptions
 
 METADATA_PREFIX = "metadata/"
 HINT_KEY = "metadata/version-hint.text"
@@ -428,7 +429,7 @@ def _uuid_hex(table_id: str) -> str:
 
 def export_iceberg(table: TableHandle, version: int | None = None,
                    out: str | ObjectStore | None = None,
-                   storage_options: dict[str, str] | None = None) -> ExportResult:
+                   storage_options: StorageOptions | None = None) -> ExportResult:
     """Write Iceberg v2 metadata for ``version`` (latest if None) of ``table`` under
     ``<out or the table root>/metadata/``.  See the module docstring."""
     from caslake.store import open_store

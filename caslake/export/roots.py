@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from caslake.core import key_at
 from caslake.export import iceberg_avro as avro
 from caslake.export.delta import DV_PREFIX, LOG_PREFIX, dv_key, read_log
 from caslake.export.iceberg import HINT_KEY, METADATA_PREFIX, metadata_key, read_hint, read_metadata
 from caslake.store.base import ObjectStore
-from caslake.table.routing import key_at
 
 PREFIXES = (METADATA_PREFIX, LOG_PREFIX, f"{DV_PREFIX}/")
 

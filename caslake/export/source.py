@@ -15,14 +15,20 @@ from typing import Protocol
 
 from pyroaring import BitMap
 
+from caslake.core import (
+    POSITION,
+    FooterCache,
+    MetadataIO,
+    Scan,
+    Snapshot,
+    SnapshotSubset,
+    TombstoneCache,
+    load_masks,
+    resolve,
+)
 from caslake.format.keys import split_external
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.store.base import ObjectStore
-from caslake.table.deletion_mask import TombstoneCache, load_masks
-from caslake.table.footers import FooterCache
-from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.routing import resolve
-from caslake.table.scan import POSITION, Scan, SnapshotSubset
 
 
 class TableHandle(Protocol):

@@ -2,7 +2,7 @@
 
 Owns: ref-name validation, the key of every ref object, and the JSON form and
 the one parser of each ref record (docs/format.md, "Refs").  Pure: no I/O.
-Must never decide *whether* a ref may move (that is the table layer's
+Must never decide *whether* a ref may move (that is the ops layer's
 protocol); it only says what a well-formed ref object is.
 
 Key layout under the table root (names are percent-encoded so that a name

@@ -12,7 +12,7 @@ The header lists, per data file, what is deleted in it: whole row groups,
 inclusive key ranges on one column, and row positions (0-based, counted over
 the whole file) as a roaring bitmap stored in the blob section.  See
 docs/format.md, "Tombstones".  Parsing validates everything that can be
-checked without the snapshot; :func:`caslake.table.deletion_mask.load_masks`
+checked without the snapshot; :func:`caslake.core.read.deletion_mask.load_masks`
 validates the rest against the snapshot that references it.
 """
 

@@ -14,7 +14,7 @@ Abort rules (docs/protocol.md, "Spark writes"):
   nothing of the job can be referenced: abort deletes its files.
 * If ``commit`` raised :class:`CommitOutcomeUnknown` (or died half way),
   abort settles the outcome first, as the commit loop does, by reading the
-  pointer back (:func:`caslake.table.commit.find_commit`): the commit id
+  pointer back (:func:`caslake.core.commit.find_commit`): the commit id
   landed -> keep everything; the table passed the version the commit aimed at
   without it -> delete; not provable either way -> keep (orphans for GC).
   Abort never deletes a file of a commit that may have landed.
@@ -31,7 +31,18 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from caslake.api import create_table
+from caslake.core import (
+    STARTED_AT_MS,
+    CommitResult,
+    MetadataIO,
+    TableContext,
+    find_commit,
+    run_operation,
+    settle,
+    txn_applied,
+    write_prepare,
+    write_requirements,
+)
 from caslake.errors import (
     CommitConflict,
     CommitOutcomeUnknown,
@@ -45,10 +56,8 @@ from caslake.errors import (
 from caslake.format.manifest import DataFile
 from caslake.format.schema import TableSchema
 from caslake.store.base import ObjectStore
-from caslake.table.changes import txn_applied, write_prepare
-from caslake.table.commit import CommitOutcome, commit_with_retry, find_commit, settle
-from caslake.table.metadata_io import MetadataIO
-from caslake.table.requirements import UploadsNotCollected, write_requirements
+from caslake.store.options import StorageOptions
+from caslake.table import create_table
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +126,12 @@ def _delete(store: ObjectStore, files: Sequence[DataFile]) -> None:
             store.delete(f.path)
 
 
-def commit_files(store: ObjectStore, *, uri: str, storage_options: dict[str, str],
+def commit_files(store: ObjectStore, *, uri: str, storage_options: StorageOptions,
                  schema: TableSchema, files: Sequence[DataFile], start_version: int | None,
                  commit_id: str, overwrite: bool, txn: tuple[str, int] | None,
-                 params: dict[str, str], started_at_ms: int | None = None) -> CommitOutcome:
-    """Commit ``files`` (written with ``schema``) as exactly one version.
+                 params: dict[str, str], started_at_ms: int | None = None) -> CommitResult:
+    """Commit ``files`` (written with ``schema``) as exactly one version, through the
+    one operation runner (:func:`caslake.core.run_operation`) as every other write.
 
     ``start_version``: the version the write was planned against (None: there was
     no table; it is created first).  An overwrite conflicts with any commit since.
@@ -147,10 +157,13 @@ def commit_files(store: ObjectStore, *, uri: str, storage_options: dict[str, str
         prepare = write_prepare(operation, files, remove_all=overwrite, txn=txn, params=params)
         requirements = write_requirements(operation, schema, txn=txn,
                                           base_version=required if overwrite else None)
-        if started_at_ms is not None and files:
-            requirements = (*requirements, UploadsNotCollected(started_at_ms, operation))
-        outcome = commit_with_retry(MetadataIO(store), prepare, requirements=requirements,
-                                    commit_id=commit_id)
+        io = MetadataIO(store)
+        ctx = TableContext(store, io.latest(), io=io)
+        # The runner refuses the commit if gc collected uploads made after the first
+        # task began (only when it adds files, as the requirement did here before).
+        started = {} if started_at_ms is None else {STARTED_AT_MS: started_at_ms}
+        result = run_operation(ctx, operation, prepare, requirements=requirements,
+                               started=started, commit_id=commit_id)
     except CommitOutcomeUnknown as e:
         _record(commit_id, OpenCommit(after, e.version))
         raise
@@ -159,12 +172,12 @@ def commit_files(store: ObjectStore, *, uri: str, storage_options: dict[str, str
         raise
     # Any other error leaves the record open with no known version: abort will keep
     # the files unless it finds the commit id.
-    if outcome.noop and not outcome.unsettled:
+    if result.noop:
         # Nothing to do (the txn already landed, or an append of nothing): no manifest
-        # of ours is referenced and no pointer write of ours is in flight.
+        # of ours is referenced, and the runner settled every pointer write of ours.
         _delete(store, files)
     forget_commit(commit_id)
-    return outcome
+    return result
 
 
 def _recorded_by(io: MetadataIO, commit_id: str, txn: tuple[str, int]) -> bool | None:

@@ -22,8 +22,8 @@ filesystem, or ``s3://``); ``memory://`` stores live in one process only.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -37,14 +37,15 @@ from caslake.dataset.write import PartLayout, batch_stream, write_parts
 from caslake.errors import InvalidArgument, SchemaMismatch, StoreError
 from caslake.expr import compile_where
 from caslake.store import LocalStore, MemoryStore, ObjectStore, S3Store, open_store
+from caslake.store.options import StorageOptions
 
 _TASK_SCHEMA = "part string, rows long, schema_hash string"
 
 
 def _location(uri_or_store: str | ObjectStore,
-              storage_options: Mapping[str, str] | None) -> tuple[str, dict[str, str]]:
+              storage_options: StorageOptions | None) -> tuple[str, StorageOptions]:
     """A (uri, storage options) pair that executors can open the store from."""
-    opts = dict(storage_options or {})
+    opts: dict[str, object] = dict(storage_options or {})
     if isinstance(uri_or_store, str):
         uri = uri_or_store
     elif isinstance(uri_or_store, MemoryStore):
@@ -65,11 +66,11 @@ def _location(uri_or_store: str | ObjectStore,
     if uri.startswith("memory:"):
         raise InvalidArgument(f"{uri!r}: a memory:// store lives in one process; Spark "
                               "executors cannot reach it")
-    return uri, opts
+    return uri, cast(StorageOptions, opts)
 
 
 def write_dataset(df: DataFrame, uri_or_store: str | ObjectStore, dataset_key: str, *,
-                  overwrite: bool = False, storage_options: Mapping[str, str] | None = None,
+                  overwrite: bool = False, storage_options: StorageOptions | None = None,
                   compression: str = "zstd", row_group_size: int | None = None,
                   max_rows_per_file: int | None = None, run_id: str | None = None,
                   metadata: dict[str, str] | None = None) -> Any:
@@ -142,7 +143,7 @@ def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa
 
 def read_dataset(spark: SparkSession, uri_or_store: str | ObjectStore, dataset_key: str, *,
                  columns: Sequence[str] | None = None, filter: str | None = None,
-                 storage_options: Mapping[str, str] | None = None,
+                 storage_options: StorageOptions | None = None,
                  verify: bool = True) -> DataFrame:
     """The dataset as a DataFrame, one Spark partition per part.  ``filter`` (SQL text)
     prunes row groups in the tasks and keeps exactly the matching rows."""

@@ -4,15 +4,15 @@
     caslake.spark.upsert(spark, uri, cdc_df, key=["id"])
 
 Both run exactly like ``Table.delete`` / ``Table.upsert``: a
-:class:`~caslake.table.transaction.Transaction` pins the latest version, plans,
+:class:`~caslake.ops.transaction.Transaction` pins the latest version, plans,
 writes one tombstone and makes **one** commit (with the core's rebase rules and
 ``read_version`` validation).  Only two steps move to Spark:
 
 * **Which rows match.**  The driver runs the core planner's pruning
-  (:func:`~caslake.table.delete.condition_scan`: manifest statistics, footers,
+  (:func:`~caslake.ops.delete.condition_scan`: manifest statistics, footers,
   wholly deleted row groups) and splits the surviving files into groups, one
   Spark task each.  Each task calls the core's
-  :func:`~caslake.table.delete.matching_positions` on its files (live rows that
+  :func:`~caslake.ops.delete.matching_positions` on its files (live rows that
   match, minus rows already deleted) and returns one roaring bitmap per file.
   For an upsert with more distinct keys than ``broadcast_keys_limit``, tasks
   return the live rows' keys and positions instead, and a Spark semi-join with
@@ -29,9 +29,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from pyroaring import BitMap
@@ -40,7 +40,20 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from caslake.api import CommitResult, open_table
+from caslake.core import (
+    POSITION,
+    Condition,
+    FileTask,
+    FooterCache,
+    KeyCondition,
+    MetadataIO,
+    Scan,
+    Snapshot,
+    SnapshotSubset,
+    TombstoneCache,
+    external_uris,
+    route,
+)
 from caslake.errors import (
     CaslakeError,
     CommitConflict,
@@ -51,27 +64,16 @@ from caslake.errors import (
 )
 from caslake.expr import Expr
 from caslake.format.keys import new_token
+from caslake.ops.delete import DeletePlan, Planner, check_where, condition_scan, matching_positions
+from caslake.ops.transaction import Transaction, upsert_keys
+from caslake.ops.upsert import duplicate_key
 from caslake.spark.messages import data_file_from_json
 from caslake.spark.save import caslake_error_from_spark
 from caslake.spark.types import conform_for_read, conform_for_write, spark_type_for
 from caslake.spark.write import WriteTarget
 from caslake.store import open_store
-from caslake.table.delete import (
-    Condition,
-    DeletePlan,
-    KeyCondition,
-    Planner,
-    check_where,
-    condition_scan,
-    matching_positions,
-)
-from caslake.table.deletion_mask import TombstoneCache
-from caslake.table.footers import FooterCache
-from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.routing import external_uris, route
-from caslake.table.scan import POSITION, FileTask, Scan, SnapshotSubset
-from caslake.table.transaction import Transaction, upsert_keys
-from caslake.table.upsert_keys import duplicate_key
+from caslake.store.options import StorageOptions
+from caslake.table import CommitResult, open_table
 
 # Upserts with at most this many distinct keys send the key set to every task
 # (a broadcast); larger key sets are matched by a Spark semi-join.
@@ -86,10 +88,10 @@ POSITIONS = "positions"
 @dataclass(frozen=True)
 class MatchJob:
     """Where executors open the table's store (a clone's routed to its sources, as
-    ``Table.open`` does: :mod:`caslake.table.routing`)."""
+    ``Table.open`` does: :mod:`caslake.core.routing`)."""
 
     uri: str
-    storage_options: dict[str, str]
+    storage_options: StorageOptions
     external: dict[str, str] = field(default_factory=dict)  # a clone's sources: routing
 
 
@@ -200,15 +202,16 @@ def run_match_job(spark: SparkSession, job: MatchJob, groups: list[SnapshotSubse
                 bc.destroy()
 
 
-def spark_planner(spark: SparkSession, uri: str, storage_options: Mapping[str, str] | None,
+def spark_planner(spark: SparkSession, uri: str, storage_options: StorageOptions | None,
                   key_frame: DataFrame | None = None) -> Planner:
-    """A :data:`~caslake.table.delete.Planner` that prunes on the driver with the core
+    """A :data:`~caslake.ops.delete.Planner` that prunes on the driver with the core
     planner and finds the matching positions with Spark tasks."""
 
     def plan(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache,
              base: Snapshot, conditions: Sequence[Condition]) -> DeletePlan:
         out = DeletePlan(base)
-        job = MatchJob(uri, dict(storage_options or {}), external_uris(base.manifest))
+        opts = cast(StorageOptions, dict(storage_options or {}))
+        job = MatchJob(uri, opts, external_uris(base.manifest))
         for cond in conditions:
             tasks = condition_scan(io, footers, tombstones, base, cond).plan().tasks
             if not tasks:
@@ -228,7 +231,7 @@ def spark_planner(spark: SparkSession, uri: str, storage_options: Mapping[str, s
 
 
 def delete(spark: SparkSession, uri: str, where: str | Expr, *,
-           storage_options: dict[str, str] | None = None,
+           storage_options: StorageOptions | None = None,
            read_version: int | None = None) -> CommitResult:
     """Delete the rows matching ``where`` (the SQL predicate or expression
     ``Table.delete`` takes), with Spark tasks computing the matching row positions.
@@ -267,7 +270,7 @@ def _key_table(batches: list[pa.RecordBatch], target: pa.Schema, keys: list[str]
 
 
 def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | str, *,
-           storage_options: dict[str, str] | None = None,
+           storage_options: StorageOptions | None = None,
            broadcast_keys_limit: int = BROADCAST_KEYS_LIMIT) -> CommitResult:
     """Apply a CDC batch in one commit: delete the live rows whose ``key`` columns
     equal a key of ``df`` (NULL keys never match), and append ``df``'s rows.
@@ -290,7 +293,7 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
     _refuse_duplicate_keys(df, keys)
     started = table.context.meter()  # before the tasks upload: gc's fence counts from here
     # Checks df's columns against the table before any task runs.
-    writer = WriteTarget(uri, dict(storage_options or {}), df.schema)
+    writer = WriteTarget(uri, cast(StorageOptions, dict(storage_options or {})), df.schema)
     try:
         entries = df.mapInArrow(functools.partial(_written_files, writer, new_token()),
                                 "file string").collect()

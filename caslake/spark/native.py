@@ -5,7 +5,7 @@
 caslake plans on the driver: it pins the snapshot (latest, ``version`` or
 ``timestamp``), lists its live data files and turns each file's tombstones
 (row positions, whole row groups, key ranges: the core
-:class:`~caslake.table.deletion_mask.DeletionMask`) into deleted row positions.
+:class:`~caslake.core.read.deletion_mask.DeletionMask`) into deleted row positions.
 Spark then reads the files with its vectorized Parquet reader:
 
 * files without deletions: a plain ``spark.read.parquet(...)``, no extra cost;
@@ -57,15 +57,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from caslake.api import Table, open_table
+from caslake.core import DeletionMask, Scan, Snapshot, SnapshotSubset, load_masks, resolve
 from caslake.errors import CorruptMetadata, InvalidArgument, SchemaMismatch
 from caslake.format.manifest import DataFile
 from caslake.spark.types import spark_schema_for
 from caslake.store import LocalStore, ObjectStore, S3Store
-from caslake.table.deletion_mask import DeletionMask, load_masks
-from caslake.table.metadata_io import Snapshot
-from caslake.table.routing import resolve
-from caslake.table.scan import Scan, SnapshotSubset
+from caslake.store.options import StorageOptions
+from caslake.table import Table, open_table
 
 # Deletions up to this many rows are broadcast to every task (a hash anti-join
 # with no shuffle); more are left to Spark's join planning.
@@ -78,7 +76,7 @@ ROW_INDEX = "_caslake_row_index"
 def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
                 timestamp: dt.datetime | str | int | None = None,
                 columns: Sequence[str] | None = None,
-                storage_options: dict[str, str] | None = None) -> DataFrame:
+                storage_options: StorageOptions | None = None) -> DataFrame:
     """Read one version of a caslake table with Spark's own Parquet reader.
 
     ``version`` or ``timestamp`` (a datetime, ISO-8601 text or epoch
@@ -188,7 +186,7 @@ def file_locations(spark: SparkSession, store: ObjectStore, files: Sequence[Data
     """For each file: the path to hand Spark (glob characters escaped: Spark globs
     every path) and the path Spark reports in ``_metadata.file_path``.  A clone's
     file of another table is named where it lies, under that table's root
-    (:func:`caslake.table.routing.resolve`)."""
+    (:func:`caslake.core.routing.resolve`)."""
     roots: dict[str, tuple[str, str]] = {}
     out: dict[str, tuple[str, str]] = {}
     for f in files:

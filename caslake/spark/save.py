@@ -30,6 +30,7 @@ from caslake import errors
 from caslake.errors import CaslakeError, InvalidArgument, SchemaMismatch, TableAlreadyExists
 from caslake.format.keys import POINTER_KEY
 from caslake.store import open_store
+from caslake.store.options import StorageOptions
 
 MODES = ("errorifexists", "error", "ignore", "append", "overwrite")
 # the last line of the Python traceback Spark embeds in its error text
@@ -39,7 +40,7 @@ _COLUMN = re.compile(r"column '([^']+)'")
 
 
 def save(df: DataFrame, uri: str, mode: str = "errorifexists", *,
-         storage_options: Mapping[str, str] | None = None,
+         storage_options: StorageOptions | None = None,
          options: Mapping[str, str] | None = None) -> None:
     """Write ``df`` to the table at ``uri`` with Spark's save ``mode`` semantics.
     ``options`` go to the writer (e.g. ``txnAppId`` / ``txnVersion``)."""
@@ -47,7 +48,7 @@ def save(df: DataFrame, uri: str, mode: str = "errorifexists", *,
     if mode not in MODES:
         raise InvalidArgument(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     if mode in ("errorifexists", "error", "ignore"):
-        exists = open_store(uri, dict(storage_options or {})).exists(POINTER_KEY)
+        exists = open_store(uri, storage_options).exists(POINTER_KEY)
         if exists and mode == "ignore":
             return
         if exists:
@@ -56,8 +57,8 @@ def save(df: DataFrame, uri: str, mode: str = "errorifexists", *,
     writer = df.write.format("caslake").mode("overwrite" if mode == "overwrite" else "append")
     for k, v in (options or {}).items():
         writer = writer.option(k, v)
-    for k, v in (storage_options or {}).items():
-        writer = writer.option(f"storage.{k}", v)
+    for key, value in (storage_options or {}).items():
+        writer = writer.option(f"storage.{key}", str(value))
     try:
         writer.save(uri)
     except CaslakeError:

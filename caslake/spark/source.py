@@ -3,7 +3,7 @@
 Read: ``spark.read.format("caslake").option(...).load(uri)``.  The reader pins
 one snapshot when the read is planned (its constructor resolves ``version`` /
 ``timestamp`` or the latest version once), plans the scan on the driver, and
-hands every executor task a :class:`~caslake.table.scan.SnapshotSubset`
+hands every executor task a :class:`~caslake.core.read.scan.SnapshotSubset`
 (manifest entries, their tombstones, the row groups: a run of one large file's
 row groups, or several small files packed together, sized as Spark sizes its
 own file partitions; see :func:`plan_partitions`) and the columns.  The task
@@ -46,7 +46,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -60,7 +60,16 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
-from caslake.api import open_table
+from caslake.core import (
+    FileTask,
+    FooterCache,
+    MetadataIO,
+    Scan,
+    Snapshot,
+    SnapshotSubset,
+    external_uris,
+    route,
+)
 from caslake.errors import (
     InvalidArgument,
     SchemaMismatch,
@@ -72,10 +81,8 @@ from caslake.spark.types import (
 )
 from caslake.store import open_store
 from caslake.store.base import ObjectStore
-from caslake.table.footers import FooterCache
-from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.routing import external_uris, route
-from caslake.table.scan import FileTask, Scan, SnapshotSubset
+from caslake.store.options import StorageOptions
+from caslake.table import open_table
 
 if TYPE_CHECKING:  # imported where used: these modules import this one
     from caslake.spark.stream import CaslakeStreamWriter
@@ -112,7 +119,7 @@ def default_parallelism() -> int:
 # --- options ----------------------------------------------------------------------
 
 
-def storage_options_from(options: Mapping[str, str]) -> dict[str, str]:
+def storage_options_from(options: Mapping[str, str]) -> StorageOptions:
     """``storage_options`` (a JSON object) merged with every ``storage.<key>`` option."""
     out: dict[str, str] = {}
     raw = options.get("storage_options")
@@ -127,13 +134,13 @@ def storage_options_from(options: Mapping[str, str]) -> dict[str, str]:
     for k, v in options.items():
         if k.lower().startswith("storage.") and len(k) > len("storage."):
             out[k[len("storage."):]] = str(v)
-    return out
+    return cast(StorageOptions, out)  # unknown keys are refused by the store
 
 
 @dataclass(frozen=True)
 class ReadOptions:
     uri: str
-    storage_options: dict[str, str]
+    storage_options: StorageOptions
     version: int | None = None
     timestamp: str | int | None = None
     columns: list[str] | None = None
@@ -183,12 +190,12 @@ class CaslakePartition(InputPartition):
     """Row groups of one or more planned data files of the pinned snapshot (picklable)."""
 
     uri: str
-    storage_options: dict[str, str]
+    storage_options: StorageOptions
     subset: SnapshotSubset  # its files, their tombstones, the row groups to read
     columns: list[str]
     where: str | None = None  # the read option ``where``: the DataFrame's own predicate
     # A clone's referenced tables (alias -> URI): its files and tombstones there are
-    # read through the same routing as Table.open (caslake.table.routing).
+    # read through the same routing as Table.open (caslake.core.routing).
     external: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

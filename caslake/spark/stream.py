@@ -31,6 +31,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from caslake.core import check_txn
 from caslake.errors import InvalidArgument
 from caslake.format.keys import new_token
 from caslake.spark.commit import abort_files, commit_files, forget_commit, stream_commit_id
@@ -42,7 +43,7 @@ from caslake.spark.write import (
     uploads_started,
 )
 from caslake.store.base import ObjectStore
-from caslake.table.changes import check_txn
+from caslake.store.options import StorageOptions
 
 QUERY_ID = "queryId"
 CHECKPOINT = "checkpointLocation"
@@ -90,7 +91,7 @@ class CaslakeStreamWriter(DataSourceStreamArrowWriter):
     ``(app_id, batch id)``.  Spark builds a fresh writer for each commit and abort,
     so all the state a batch needs is in its commit messages."""
 
-    def __init__(self, uri: str, storage_options: dict[str, str], schema: StructType,
+    def __init__(self, uri: str, storage_options: StorageOptions, schema: StructType,
                  overwrite: bool, app_id: str) -> None:
         self.overwrite = overwrite
         self.app_id = app_id

@@ -27,18 +27,18 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
+from caslake.core import MetadataIO, check_txn, txn_applied
 from caslake.errors import InvalidArgument, SchemaMismatch, StoreError, TableNotFound
 from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile
 from caslake.format.schema import TableSchema
+from caslake.ops.write import WriteOptions, write_data_files
 from caslake.spark.commit import abort_files, commit_files, forget_commit
 from caslake.spark.messages import data_file_from_json, table_schema_from_json
 from caslake.spark.types import arrow_schema_for, conform_for_write, writable
 from caslake.store import open_store
 from caslake.store.base import ObjectStore
-from caslake.table.changes import check_txn, txn_applied
-from caslake.table.metadata_io import MetadataIO
-from caslake.table.write import WriteOptions, write_data_files
+from caslake.store.options import StorageOptions
 
 TXN_APP_ID = "txnAppId"
 TXN_VERSION = "txnVersion"
@@ -92,7 +92,7 @@ class WriteTarget:
     Checks the DataFrame schema against the table before any task runs; for a
     table that does not exist yet the schema comes from the DataFrame."""
 
-    def __init__(self, uri: str, storage_options: dict[str, str], schema: StructType) -> None:
+    def __init__(self, uri: str, storage_options: StorageOptions, schema: StructType) -> None:
         self.uri = uri
         self.storage_options = storage_options
         self.start_version: int | None
@@ -185,7 +185,7 @@ class CaslakeWriter(DataSourceArrowWriter):
     ``commit`` and ``abort`` open their store through :meth:`open_store`, the one
     place to wrap it (e.g. in a FaultyStore for fault-injection tests)."""
 
-    def __init__(self, uri: str, storage_options: dict[str, str], schema: StructType,
+    def __init__(self, uri: str, storage_options: StorageOptions, schema: StructType,
                  overwrite: bool, txn: tuple[str, int] | None = None) -> None:
         self.overwrite = overwrite
         self.txn = check_txn(txn) if txn is not None else None

@@ -14,7 +14,6 @@ The contract every backend honours is documented in :mod:`caslake.store.base`.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from caslake.errors import StoreConfigError
@@ -40,6 +39,7 @@ from caslake.store.base import (
 )
 from caslake.store.local import LocalStore
 from caslake.store.memory import MemoryStore
+from caslake.store.options import StorageOptions
 
 if TYPE_CHECKING:
     from caslake.store.s3 import S3Store
@@ -74,6 +74,7 @@ __all__ = [
     "ObjectStore",
     "PutMode",
     "S3Store",
+    "StorageOptions",
     "StoreCounters",
     "normalize_etag",
     "open_store",
@@ -82,11 +83,11 @@ __all__ = [
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
-def open_store(uri: str, storage_options: Mapping[str, str | bool] | None = None
+def open_store(uri: str, storage_options: StorageOptions | None = None
                ) -> ObjectStore:
     """The store for ``uri``: ``memory://``, ``file://`` or a plain path, or ``s3://``.
 
-    ``storage_options`` only apply to ``s3://`` (see
+    ``storage_options`` (:class:`StorageOptions`) only apply to ``s3://`` (see
     :func:`caslake.store.s3.resolve_s3_settings`); passing any to another
     backend is an error.  Raises StoreConfigError, naming the URI, for an
     unknown scheme or a malformed URI.

@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import obstore
 import obstore.exceptions as obx
@@ -78,6 +78,7 @@ from caslake.store.base import (
     normalize_etag,
 )
 from caslake.store.keys import check_key, check_prefix
+from caslake.store.options import StorageOptions
 from caslake.store.ranges import DEFAULT_MAX_REQUEST, S3_MAX_GAP, plan_ranges, slice_results
 from caslake.store.retry import DEFAULT_RETRY, Retrier, RetryPolicy
 
@@ -97,7 +98,7 @@ SHA256_ATTRIBUTE = "caslake-sha256"
 
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
 
-# storage_options keys understood here, with their aliases.
+# storage_options keys understood here, with their aliases (documented on StorageOptions).
 _OPTION_ALIASES: dict[str, str] = {
     "endpoint_url": "endpoint_url",
     "endpoint": "endpoint_url",
@@ -189,7 +190,7 @@ def _as_number(name: str, value: OptionValue, uri: str) -> float:
     return number
 
 
-def resolve_s3_settings(uri: str, storage_options: Mapping[str, OptionValue] | None = None,
+def resolve_s3_settings(uri: str, storage_options: StorageOptions | None = None,
                         environ: Mapping[str, str] | None = None) -> S3Settings:
     """Resolve the settings for ``uri`` from ``storage_options``, then the environment.
 
@@ -208,7 +209,9 @@ def resolve_s3_settings(uri: str, storage_options: Mapping[str, OptionValue] | N
     env = os.environ if environ is None else environ
     bucket, prefix = parse_s3_uri(uri)
     opts: dict[str, OptionValue] = {}
-    for raw_name, value in (storage_options or {}).items():
+    given: Mapping[str, OptionValue | None] = cast(
+        "Mapping[str, OptionValue | None]", storage_options or {})
+    for raw_name, value in given.items():
         canonical = _OPTION_ALIASES.get(raw_name.lower())
         if canonical is None:
             raise StoreConfigError(
@@ -382,7 +385,7 @@ def _static_credentials(settings: S3Settings) -> Callable[[], S3Credential]:
 class S3Store(ObjectStore):
     """An ``s3://bucket/prefix`` table root on any S3-compatible endpoint."""
 
-    def __init__(self, uri: str, storage_options: Mapping[str, OptionValue] | None = None, *,
+    def __init__(self, uri: str, storage_options: StorageOptions | None = None, *,
                  environ: Mapping[str, str] | None = None, max_gap: int = S3_MAX_GAP,
                  max_request: int = DEFAULT_MAX_REQUEST,
                  max_workers: int = DEFAULT_MAX_WORKERS,

@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from caslake.store.options import StorageOptions
+
 DUMMY_KEY_ID = "testing"
 DUMMY_SECRET = "testing"
 REGION = "us-east-1"
@@ -62,7 +64,7 @@ def run_moto_server(timeout: float = 120.0) -> Iterator[str]:
             proc.wait(timeout=10)
 
 
-def storage_options(endpoint: str) -> dict[str, str]:
+def storage_options(endpoint: str) -> StorageOptions:
     """caslake storage options for a moto endpoint (dummy credentials)."""
     return {"endpoint_url": endpoint, "region": REGION, "access_key_id": DUMMY_KEY_ID,
             "secret_access_key": DUMMY_SECRET, "allow_http": "true"}

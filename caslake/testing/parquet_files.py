@@ -23,7 +23,7 @@ from caslake.format.parquet_thrift import footer_length
 from caslake.store.base import PutMode
 
 if TYPE_CHECKING:
-    from caslake.api import Table
+    from caslake.table import Table
 
 
 def add_parquet_file(table: Table, data: pa.Table, *, row_group_rows: int,

@@ -80,8 +80,9 @@ from typing import Any, TextIO, cast
 import pyarrow as pa
 
 import caslake
+from caslake.core import CommitPolicy
 from caslake.errors import CaslakeError, CommitConflict, CommitOutcomeUnknown
-from caslake.table.commit import CommitPolicy
+from caslake.store.options import StorageOptions
 
 HISTORY_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False),
                             pa.field("writer", pa.int64(), nullable=False),
@@ -494,7 +495,7 @@ def _fmt(state: tuple[int, int] | None) -> str:
     return "nothing" if state is None else f"{state[0]} rows, checksum {state[1]:016x}"
 
 
-def check_history_run(uri: str, opts: dict[str, str] | None, records: list[Record], *,
+def check_history_run(uri: str, opts: StorageOptions | None, records: list[Record], *,
                       verify_versions: int = 24) -> CheckReport:
     """Every check of the history workload (see the module docstring)."""
     report = CheckReport()
@@ -585,7 +586,7 @@ def check_history_run(uri: str, opts: dict[str, str] | None, records: list[Recor
     return report
 
 
-def check_bank_run(uri: str, opts: dict[str, str] | None, records: list[Record], *,
+def check_bank_run(uri: str, opts: StorageOptions | None, records: list[Record], *,
                    accounts: int, total: int, verify_versions: int = 24) -> CheckReport:
     """Chain checks plus conservation: the sum is ``total`` over ``accounts`` distinct
     accounts at every version (model, audits and the table itself)."""
@@ -790,7 +791,7 @@ def _tail(path: Path, n: int = 1500) -> str:
         return ""
 
 
-def run_history(uri: str, opts: dict[str, str] | None, *, writers: int, readers: int,
+def run_history(uri: str, opts: StorageOptions | None, *, writers: int, readers: int,
                 seconds: float, workdir: str | Path, backend: str = "", seed: int = 0,
                 verify_versions: int = 24) -> RunResult:
     """Create a table at ``uri``, run the history workload, check it."""
@@ -813,7 +814,7 @@ def run_history(uri: str, opts: dict[str, str] | None, *, writers: int, readers:
     return result
 
 
-def run_bank(uri: str, opts: dict[str, str] | None, *, writers: int, seconds: float,
+def run_bank(uri: str, opts: StorageOptions | None, *, writers: int, seconds: float,
              workdir: str | Path, accounts: int = 16, balance: int = 1000,
              mode: str = "upsert", backend: str = "", seed: int = 0,
              verify_versions: int = 24) -> RunResult:
@@ -854,7 +855,7 @@ def run_bank(uri: str, opts: dict[str, str] | None, *, writers: int, seconds: fl
 
 
 @contextlib.contextmanager
-def _backend(name: str, root: Path) -> Iterator[Callable[[str], tuple[str, dict[str, str]]]]:
+def _backend(name: str, root: Path) -> Iterator[Callable[[str], tuple[str, StorageOptions]]]:
     """Yields ``new_table(label) -> (uri, storage_options)`` for the backend."""
     if name == "local":
         yield lambda label: (str(root / "tables" / label), {})
@@ -873,7 +874,7 @@ def _backend(name: str, root: Path) -> Iterator[Callable[[str], tuple[str, dict[
         client = boto3.client("s3", endpoint_url=endpoint, region_name=REGION,
                               aws_access_key_id=DUMMY_KEY_ID, aws_secret_access_key=DUMMY_SECRET)
 
-        def new_table(label: str) -> tuple[str, dict[str, str]]:
+        def new_table(label: str) -> tuple[str, StorageOptions]:
             bucket = f"caslake-stress-{uuid.uuid4().hex[:12]}"
             client.create_bucket(Bucket=bucket)
             return f"s3://{bucket}/{label}", storage_options(endpoint)

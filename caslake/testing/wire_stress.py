@@ -44,7 +44,7 @@ import pyarrow as pa
 
 import caslake
 from caslake.errors import CommitOutcomeUnknown
-from caslake.table.table import HistoryEntry
+from caslake.table import HistoryEntry
 from caslake.testing.moto_server import (
     DUMMY_KEY_ID,
     DUMMY_SECRET,

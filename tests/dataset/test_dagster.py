@@ -75,3 +75,10 @@ def test_without_dagster_the_import_says_what_to_install() -> None:
                           text=True, env={"PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
     assert "pip install 'caslake[dagster]'" in proc.stdout
+
+
+def test_missing_dependency_is_the_one_optional_dependency_class() -> None:
+    from caslake.errors import MissingDependency, OptionalDependencyMissing, UserInputError
+
+    assert MissingDependency is OptionalDependencyMissing
+    assert issubclass(OptionalDependencyMissing, UserInputError)

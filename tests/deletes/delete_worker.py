@@ -17,7 +17,7 @@ import sys
 import pyarrow as pa
 
 import caslake
-from caslake.table.commit import CommitPolicy
+from caslake.core.commit import CommitPolicy
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 

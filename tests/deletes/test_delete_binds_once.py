@@ -47,7 +47,7 @@ def test_a_bad_predicate_fails_every_time(tmp_path: Path) -> None:
 
 
 def _keyed_table(tmp_path: Path, keys: np.ndarray) -> caslake.Table:
-    from caslake.table.write import WriteOptions
+    from caslake.core import WriteOptions
 
     t = caslake.create_table(str(tmp_path / "t"), SCHEMA,
                              write_options=WriteOptions(row_group_size=64 * 1024))

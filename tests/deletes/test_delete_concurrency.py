@@ -35,11 +35,11 @@ import pytest
 
 import caslake
 from caslake.api import Table
+from caslake.core import WriteOptions
+from caslake.core.commit import CommitPolicy
 from caslake.errors import ConcurrentModification
 from caslake.format.keys import TOMBSTONE_PREFIX
 from caslake.store import open_store
-from caslake.table.commit import CommitPolicy
-from caslake.table.write import WriteOptions
 from tests.deletes.helpers import HookStore
 from tests.sample_data import ID_V_SCHEMA as SCHEMA
 from tests.sample_data import id_v_rows as rows

@@ -21,10 +21,10 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.core import WriteOptions
 from caslake.format.keys import MANIFEST_PREFIX, TOMBSTONE_PREFIX
 from caslake.store import open_store
 from caslake.store.base import DELETE, GET, GET_RANGE, HEAD, LIST, PUT
-from caslake.table.write import WriteOptions
 
 pytestmark = pytest.mark.s3
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("f", pa.float64())])

@@ -29,10 +29,10 @@ import pytest
 from pyroaring import BitMap
 
 import caslake
+from caslake.core import WriteOptions
 from caslake.errors import CorruptMetadata
 from caslake.format.keys import POINTER_KEY
 from caslake.store.local import etag_from_stat
-from caslake.table.write import WriteOptions
 from tests.sample_data import ID_V_SCHEMA as SCHEMA
 from tests.sample_data import id_v_rows as rows
 

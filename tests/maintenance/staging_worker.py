@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 import caslake
-from caslake.table.write import WriteOptions
+from caslake.core import WriteOptions
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("user", pa.string())])
 

@@ -11,15 +11,15 @@ import pytest
 import caslake
 from caslake.api import Table
 from caslake.cli import main as cli_main
+from caslake.core.commit import CommitPolicy
 from caslake.errors import (
     CaslakeError,
     InvalidArgument,
     PreconditionFailed,
     RetryBudgetExhausted,
 )
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store.faults import Fault, FaultyStore
-from caslake.table.commit import CommitPolicy
 from tests.sample_data import live_ids as ids
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])

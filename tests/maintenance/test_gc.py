@@ -13,6 +13,7 @@ import pytest
 import caslake
 from caslake.api import Table
 from caslake.cli import main as cli_main
+from caslake.core.metadata_io import MetadataIO
 from caslake.errors import CaslakeError, InvalidArgument, VersionNotFound
 from caslake.format.keys import (
     DATA_PREFIX,
@@ -21,10 +22,9 @@ from caslake.format.keys import (
     TOMBSTONE_PREFIX,
     data_file_key,
 )
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
-from caslake.table.metadata_io import MetadataIO
 from tests.sample_data import live_ids as ids
 from tests.sample_data import wait_out_gc_fence
 

@@ -23,10 +23,10 @@ import pytest
 
 import caslake
 from caslake.cli import main as cli_main
+from caslake.core import WriteOptions
 from caslake.errors import CaslakeError
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
-from caslake.table.write import WriteOptions
 from tests.maintenance.erasure import assert_erased, find_leaks
 from tests.sample_data import wait_out_gc_fence
 

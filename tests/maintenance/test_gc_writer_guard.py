@@ -17,11 +17,11 @@ import pytest
 
 import caslake
 from caslake.api import Table
+from caslake.core.metadata_io import MetadataIO
 from caslake.errors import CommitConflict, WriterOutlivedGc
 from caslake.format.keys import DATA_PREFIX
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
-from caslake.table.metadata_io import MetadataIO
 from tests.deletes.helpers import HookStore
 from tests.maintenance.test_gc import orphan
 

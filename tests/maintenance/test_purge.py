@@ -27,8 +27,8 @@ from caslake.api import Table
 from caslake.errors import CorruptMetadata, InvalidArgument, UnknownColumn
 from caslake.format import splice as sp
 from caslake.format.parquet_thrift import decode_file_metadata, footer_length
-from caslake.maintenance import purge as purge_mod
-from caslake.maintenance.verify import verify_table
+from caslake.ops import purge as purge_mod
+from caslake.ops.verify import verify_table
 from caslake.testing.parquet_files import add_parquet_file
 
 KiB = 1024

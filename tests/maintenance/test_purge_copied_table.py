@@ -14,7 +14,7 @@ import pytest
 
 import caslake
 from caslake.errors import CorruptMetadata
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
 from tests.maintenance.erasure import assert_erased
 from tests.table.test_relocation import COPIES, DELETED, build, ids

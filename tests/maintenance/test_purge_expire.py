@@ -23,7 +23,7 @@ from caslake.api import Table
 from caslake.cli import main as cli_main
 from caslake.errors import ErasureHeld, RefInUse, VersionNotFound
 from caslake.format.keys import data_file_key
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
 from tests.export.readers import deltalake_rows

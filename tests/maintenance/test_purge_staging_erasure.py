@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import caslake
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
 from tests.maintenance.erasure import assert_erased, find_leaks
 from tests.maintenance.test_gc_staging import SECRET, crash_mid_append, staged

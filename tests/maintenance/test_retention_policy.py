@@ -9,7 +9,7 @@ import pytest
 
 import caslake
 from caslake.errors import InvalidArgument, VersionNotFound
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 
 SCHEMA = pa.schema([("id", pa.int64())])
 

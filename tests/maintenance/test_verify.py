@@ -11,7 +11,7 @@ import pyarrow as pa
 
 import caslake
 from caslake.cli import EXIT_VERIFY_FAILED, main
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
 
 SCHEMA = pa.schema([("id", pa.int64())])

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 import caslake
 from caslake.cli import EXIT_VERIFY_FAILED, main
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
 
 

@@ -13,10 +13,10 @@ import pyarrow as pa
 
 import caslake
 from caslake.cli import EXIT_VERIFY_FAILED, main
-from caslake.maintenance.verify import verify_table
+from caslake.core.metadata_io import MetadataIO
+from caslake.ops import refs
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
-from caslake.table import refs
-from caslake.table.metadata_io import MetadataIO
 
 SCHEMA = pa.schema([("id", pa.int64())])
 LATER = datetime.now(UTC) + timedelta(days=3650)

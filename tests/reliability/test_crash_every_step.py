@@ -57,6 +57,8 @@ import pytest
 
 import caslake
 from caslake.api import CommitResult, Table
+from caslake.core.commit import CommitPolicy
+from caslake.core.metadata_io import MetadataIO
 from caslake.dataset import DatasetIncomplete, ParquetDatasetStore
 from caslake.errors import (
     CaslakeError,
@@ -72,14 +74,12 @@ from caslake.export.iceberg import metadata_key as iceberg_metadata_key
 from caslake.export.iceberg import read_hint as read_iceberg_hint
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, data_file_key
 from caslake.format.refs import HOLD_PREFIX
-from caslake.maintenance.verify import verify_table
+from caslake.ops import clone as clone_module
+from caslake.ops.verify import verify_table
 from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
 from caslake.store.faults import ALL_OPS, Fault, FaultyStore, SimulatedCrash, reset_error
 from caslake.store.memory import forget_memory_space
-from caslake.table import clone as clone_module
-from caslake.table.commit import CommitPolicy
-from caslake.table.metadata_io import MetadataIO
 from caslake.testing.moto_server import DUMMY_KEY_ID, DUMMY_SECRET, REGION
 from tests.conftest import make_bucket
 from tests.export.readers import (

@@ -40,7 +40,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 import caslake
 from caslake.api import Table
 from caslake.export.iceberg import METADATA_PREFIX, metadata_key, read_hint
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
 from caslake.store.local import TMP_DIR
 from tests.export.readers import caslake_rows, deltalake_rows, pyiceberg_rows

@@ -67,6 +67,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import caslake
+from caslake.core import WriteOptions
 from caslake.errors import CaslakeError, CorruptMetadata
 from caslake.format.keys import POINTER_KEY
 from caslake.format.manifest import DataFile, parse_manifest, parse_pointer, segment_ref_check
@@ -78,7 +79,6 @@ from caslake.format.parquet import (
 )
 from caslake.format.segment import SegmentFile
 from caslake.format.tombstone import parse_tombstone
-from caslake.table.write import WriteOptions
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -974,7 +974,7 @@ class UnnamedFile(AssertionError):
 
 
 # fixed finding: when a data file's column type differs from the manifest schema,
-# caslake.table.scan._cast_to raises CorruptMetadata with key 'data file' instead of the
+# caslake.core.read.scan._cast_to raises CorruptMetadata with key 'data file' instead of the
 # file's key (and where pyarrow can cast, e.g. int64 -> float32 or string, the read silently
 # returns converted values)
 def test_type_mismatch_names_the_data_file(tmp_path: Path) -> None:

@@ -74,6 +74,7 @@ from hypothesis.stateful import (
 
 import caslake
 from caslake.api import CommitResult, Table
+from caslake.core.commit import CommitPolicy
 from caslake.dataset import (
     DatasetIncomplete,
     DatasetNotFound,
@@ -91,13 +92,12 @@ from caslake.errors import (
     VersionNotFound,
 )
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, POINTER_KEY, TOMBSTONE_PREFIX
-from caslake.maintenance import purge as purge_mod
-from caslake.maintenance.compact import plan_compaction
-from caslake.maintenance.verify import verify_table
+from caslake.ops import purge as purge_mod
+from caslake.ops.compact import plan_compaction
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash
 from caslake.store.memory import forget_memory_space
-from caslake.table.commit import CommitPolicy
 from tests.export.readers import deltalake_rows
 from tests.reliability import read_paths as rp
 from tests.reliability.test_crash_every_step import (

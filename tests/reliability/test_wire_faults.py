@@ -22,7 +22,7 @@ import caslake
 from caslake.dataset import DatasetIncomplete, ParquetDatasetStore
 from caslake.errors import AlreadyExists, CaslakeError, PutOutcomeUnknown, TableNotFound
 from caslake.export.delta import LOG_PREFIX
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import IfMatch, PutMode, S3Store, open_store
 from caslake.testing.moto_server import DUMMY_KEY_ID, DUMMY_SECRET, REGION, storage_options
 from caslake.testing.wire_faults import FaultProxy, WireFault, run_fault_proxy

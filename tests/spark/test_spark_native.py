@@ -17,10 +17,10 @@ from pyspark.testing import assertDataFrameEqual
 
 import caslake
 import caslake.spark
+from caslake.core import WriteOptions
 from caslake.errors import InvalidArgument, SchemaMismatch, UnknownColumn
 from caslake.format.tombstone import parse_tombstone
 from caslake.spark.types import conform_for_read
-from caslake.table.write import WriteOptions
 
 pytestmark = [pytest.mark.spark,
               pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")]

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import caslake
+from caslake.core import WriteOptions
 from caslake.errors import InvalidArgument
 from caslake.spark.source import (
     CaslakeDataSource,
@@ -24,7 +25,6 @@ from caslake.spark.source import (
     read_partition,
     split_bytes,
 )
-from caslake.table.write import WriteOptions
 
 pytestmark = pytest.mark.spark
 

@@ -22,6 +22,7 @@ from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.types import StructType
 
 import caslake
+from caslake.core.commit import CommitPolicy
 from caslake.errors import (
     CommitOutcomeUnknown,
     ConcurrentModification,
@@ -31,12 +32,11 @@ from caslake.errors import (
     WriterOutlivedGc,
 )
 from caslake.format.keys import MANIFEST_PREFIX, POINTER_KEY
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.spark import CaslakeDataSource, CaslakeWriter
 from caslake.spark.write import CaslakeCommitMessage
 from caslake.store import ObjectStore, open_store
 from caslake.store.faults import Fault, FaultyStore
-from caslake.table.commit import CommitPolicy
 from tests.spark.helpers import SCHEMA, as_df, data_files, ids, referenced_files, rows
 from tests.table.late_landing import LateLandingStore, fail_after_the_settle_read
 

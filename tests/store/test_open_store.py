@@ -264,3 +264,11 @@ def test_s3_list_counts_one_request_per_page(s3_uri: str, s3_options: dict[str, 
     store.counters.reset()
     assert [m.key for m in store.list("m/010")] == [f"m/{i:05d}" for i in range(1000, 1003)]
     assert store.counters.count(LIST) == 1
+
+
+def test_storage_options_documents_every_key_the_s3_store_reads() -> None:
+    from caslake import StorageOptions
+    from caslake.store.s3 import _OPTION_ALIASES
+
+    assert set(StorageOptions.__annotations__) == set(_OPTION_ALIASES)
+    assert StorageOptions.__total__ is False

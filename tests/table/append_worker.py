@@ -9,7 +9,7 @@ import sys
 import pyarrow as pa
 
 import caslake
-from caslake.table.commit import CommitPolicy
+from caslake.core.commit import CommitPolicy
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import caslake
+from caslake.core import WriteOptions
+from caslake.core.pools import set_threads, threads
 from caslake.format.parquet import VERIFY_PAGE_CHECKSUMS
-from caslake.table.pools import set_threads, threads
-from caslake.table.write import WriteOptions
 
 SCHEMA = pa.schema([("id", pa.int64()), ("kind", pa.string()), ("payload", pa.string())])
 

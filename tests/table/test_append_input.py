@@ -60,7 +60,7 @@ def test_csv_bad_cell_is_reported_with_line_and_column(tmp_path: Path,
     assert err.count("\n") == 1
     assert caslake.open_table(uri).version == 0  # nothing committed
 
-    from caslake.cli_input import open_input
+    from caslake.cli.input import open_input
 
     with pytest.raises(InputDataError) as ei:
         open_input(str(bad), None, caslake.open_table(uri).schema).read_all()
@@ -256,7 +256,7 @@ def test_upsert_on_duplicate_rejects_unknown_choice(tmp_path: Path) -> None:
 def test_batches_in_another_column_order_are_matched_by_name() -> None:
     """A conformer is built from one input schema; a later batch of the same
     stream with its columns in another order is still matched by name."""
-    from caslake.table.coerce import SchemaConformer
+    from caslake.core.coerce import SchemaConformer
 
     table = pa.schema([pa.field("a", pa.int64(), nullable=False), ("b", pa.string())])
     first = pa.record_batch({"b": ["x", "y"], "a": [1, 2]})

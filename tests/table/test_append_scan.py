@@ -12,6 +12,7 @@ import pytest
 
 import caslake
 from caslake import col
+from caslake.core import WriteOptions
 from caslake.errors import (
     CaslakeError,
     CorruptMetadata,
@@ -25,7 +26,6 @@ from caslake.errors import (
     VersionNotFound,
 )
 from caslake.format.keys import POINTER_KEY
-from caslake.table.write import WriteOptions
 
 SCHEMA = pa.schema([("id", pa.int64()), ("user", pa.string()), ("score", pa.float64()),
                     ("day", pa.date32()), ("ts", pa.timestamp("us", tz="UTC"))])

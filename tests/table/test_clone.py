@@ -19,7 +19,7 @@ from caslake.errors import (
     VersionNotFound,
 )
 from caslake.format.refs import HOLD_PREFIX
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
 from tests.table.test_refs import objects
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import caslake
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 LATER = datetime.now(UTC) + timedelta(days=3650)
@@ -267,9 +267,9 @@ def test_random_clone_chains_read_like_the_model(tmp_path_factory, levels, data)
 def _mapping(ref_path: str, ref_files: list[str], entries: list[str]):  # type: ignore[no-untyped-def]
     from pyroaring import BitMap
 
+    from caslake.core.read.deletion_mask import _entries_as_keys_of_this_table
     from caslake.format.manifest import TombstoneRef
     from caslake.format.tombstone import FileDeletes, Tombstone
-    from caslake.table.deletion_mask import _entries_as_keys_of_this_table
 
     tomb = Tombstone("t", "c", tuple(FileDeletes(p, 10, positions=BitMap([1]))
                                      for p in entries))

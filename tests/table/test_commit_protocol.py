@@ -9,6 +9,7 @@ import pytest
 
 import caslake
 from caslake.api import Table
+from caslake.core.commit import CommitPolicy
 from caslake.errors import (
     CommitOutcomeUnknown,
     ConcurrentModification,
@@ -19,7 +20,6 @@ from caslake.errors import (
 from caslake.format.keys import MANIFEST_PREFIX, POINTER_KEY, manifest_key, new_token
 from caslake.store import open_store
 from caslake.store.faults import Fault, FaultyStore, SimulatedCrash
-from caslake.table.commit import CommitPolicy
 
 SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.string())])
 FAST = CommitPolicy(max_attempts=200, base_backoff_s=0.001, max_backoff_s=0.05, settle_attempts=3)

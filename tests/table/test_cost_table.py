@@ -7,9 +7,9 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.core import WriteOptions
+from caslake.core.metadata_io import MetadataIO
 from caslake.store.base import GET, GET_RANGE, HEAD, LIST, PUT
-from caslake.table.metadata_io import MetadataIO
-from caslake.table.write import WriteOptions
 
 pytestmark = pytest.mark.s3
 SCHEMA = pa.schema([("id", pa.int64()), ("a", pa.int64()), ("b", pa.int64())])
@@ -44,7 +44,7 @@ def test_scan_costs_pointer_manifest_footers_and_needed_chunks(s3_uri, s3_option
     for i in range(3):
         t.append(data(i * 600_000, 600_000))  # 3 files x 3 row groups
     cold = caslake.open_table(s3_uri, storage_options=s3_options)
-    cold.io = MetadataIO(cold.store)  # nothing cached
+    cold.context.io = MetadataIO(cold.store)  # nothing cached
     cold.store.counters.reset()
     scan = cold.scan(columns=["a"], where="id >= 650000 AND id < 700000")
     plan = scan.plan()

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 from pyroaring import BitMap
 
-from caslake.table.deletion_mask import DecodedKeyRange, DeletionMask
-from caslake.table.scan import keep_bitmap
+from caslake.core.read.deletion_mask import DecodedKeyRange, DeletionMask
+from caslake.core.read.scan import keep_bitmap
 
 
 @pytest.mark.parametrize("deleted", [0, 1, 7, 300, 5_000, 9_999, 10_000])

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 import caslake
+from caslake.core import WriteOptions
 from caslake.errors import CorruptMetadata, InvalidPredicate
 from caslake.format.tombstone import FileDeletes, KeyRange, Tombstone, parse_tombstone
 from caslake.store.base import GET_RANGE
-from caslake.table.write import WriteOptions
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 
@@ -95,7 +95,7 @@ def test_tombstones_are_loaded_only_for_files_that_survive_pruning() -> None:
     plan = t.scan(where="id >= 30000").plan()
     assert plan.tombstones_loaded == 1 and len(plan.tasks) == 1
     t.store.counters.reset()
-    t.tombstones = type(t.tombstones)()  # cold cache
+    t.context.tombstones = type(t.tombstones)()  # cold cache
     assert t.scan(where="id >= 30000").count() == 9_999
     assert t.store.counters.count("get") == 2  # pointer + the one tombstone
 

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from caslake.table.scan import SLICE_RUN_ROWS, drop_deleted
+from caslake.core.read.scan import SLICE_RUN_ROWS, drop_deleted
 
 
 def _dead(keep: np.ndarray) -> np.ndarray:
@@ -60,7 +60,7 @@ def test_dictionary_columns_expand_once_before_slicing() -> None:
     """A sparse delete (the sliced path) expands the decoded dictionary columns
     once for the whole group, then slices the plain result: expanding each
     slice cost ~70 us of Python per chunk (TPC-H Q1 after RF2, 1.45x -> 1.2x)."""
-    from caslake.table.scan import _expand
+    from caslake.core.read.scan import _expand
 
     n = SLICE_RUN_ROWS * 16
     flags = pa.array(np.array(["A", "N", "R"])[np.arange(n) % 3]).dictionary_encode()

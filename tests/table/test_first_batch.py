@@ -21,10 +21,10 @@ import pyarrow.compute as pc
 import pytest
 
 import caslake
+from caslake.core import WriteOptions
+from caslake.core.pools import threads
+from caslake.core.read import scan as scan_module
 from caslake.store.base import GET_RANGE
-from caslake.table import scan as scan_module
-from caslake.table.pools import threads
-from caslake.table.write import WriteOptions
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 FILES = 2_000

@@ -10,10 +10,10 @@ import uuid
 import pyarrow as pa
 
 import caslake
+from caslake.core.changes import FANOUT, INLINE_LIMIT, Changes
+from caslake.core.commit import commit_with_retry
 from caslake.format.manifest import DataFile
 from caslake.store.base import PUT
-from caslake.table.changes import FANOUT, INLINE_LIMIT, Changes
-from caslake.table.commit import commit_with_retry
 
 SCHEMA = pa.schema([("id", pa.int64())])
 
@@ -101,7 +101,7 @@ def test_segment_tiers_cascade_with_chunked_commits() -> None:
     last FANOUT segments stopped one tier up, and the root grew linearly)."""
     from tests.conftest import segment_thresholds
     with segment_thresholds(inline=2, fanout=2, block=2):
-        from caslake.table import changes
+        from caslake.core import changes
         t = caslake.create_table(f"memory://{uuid.uuid4().hex}", SCHEMA)
         for c in range(64):
             commit(t, [fake_file(c * 3 + k) for k in range(3)])  # 3 > INLINE_LIMIT (2)

@@ -17,13 +17,13 @@ import pytest
 
 import caslake
 from caslake.api import Table
+from caslake.core.changes import Changes
+from caslake.core.commit import CommitPolicy, commit_with_retry
+from caslake.core.metadata_io import MetadataIO, Snapshot
 from caslake.errors import CommitOutcomeUnknown, TransientStoreError
 from caslake.format.keys import MANIFEST_PREFIX, POINTER_KEY
+from caslake.ops.write import WriteOptions, write_data_files
 from caslake.store import open_store
-from caslake.table.changes import Changes
-from caslake.table.commit import CommitPolicy, commit_with_retry
-from caslake.table.metadata_io import MetadataIO, Snapshot
-from caslake.table.write import WriteOptions, write_data_files
 from tests.table.late_landing import LateLandingStore, fail_after_the_settle_read
 
 SCHEMA = pa.schema([("id", pa.int64())])

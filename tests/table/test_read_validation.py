@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.core.commit import CommitPolicy
 from caslake.errors import ReadValidationFailed
-from caslake.table.commit import CommitPolicy
 
 SCHEMA = pa.schema([("id", pa.int64()), ("balance", pa.int64())])
 

@@ -23,7 +23,7 @@ from caslake.errors import (
 )
 from caslake.format.keys import POINTER_KEY
 from caslake.format.refs import BRANCH_PREFIX, TAG_PREFIX
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])

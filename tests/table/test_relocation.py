@@ -19,10 +19,10 @@ import pyarrow as pa
 import pytest
 
 import caslake
+from caslake.core import WriteOptions
 from caslake.errors import CaslakeError, CorruptMetadata
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
-from caslake.table.write import WriteOptions
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
 DELETED = {3, 150, 151, 299}

@@ -1,4 +1,4 @@
-"""Typed commit requirements (caslake/table/requirements.py), the operation
+"""Typed commit requirements (caslake/core/requirements.py), the operation
 runner's report, and the pointer key as a parameter."""
 
 from __future__ import annotations
@@ -10,6 +10,16 @@ import pytest
 
 import caslake
 from caslake.api import Table
+from caslake.core.conflicts import PredicateCondition
+from caslake.core.requirements import (
+    BaseVersionIs,
+    FilesUntouchedSince,
+    ReadSetUnchanged,
+    RefAtVersion,
+    SchemaUnchanged,
+    TxnNotApplied,
+    write_requirements,
+)
 from caslake.errors import (
     CommitConflict,
     ConcurrentModification,
@@ -21,16 +31,6 @@ from caslake.errors import (
 from caslake.format.keys import POINTER_KEY
 from caslake.format.schema import TableSchema
 from caslake.store import open_store
-from caslake.table.delete import PredicateCondition
-from caslake.table.requirements import (
-    BaseVersionIs,
-    FilesUntouchedSince,
-    ReadSetUnchanged,
-    RefAtVersion,
-    SchemaUnchanged,
-    TxnNotApplied,
-    write_requirements,
-)
 
 SCHEMA = pa.schema([("id", pa.int64())])
 

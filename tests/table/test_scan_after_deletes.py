@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 import caslake
-from caslake.table import pools, scan
-from caslake.table.write import WriteOptions
+from caslake.core import WriteOptions, pools
+from caslake.core.read import scan
 
 N = 6000
 DELETES = [

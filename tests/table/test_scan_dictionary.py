@@ -22,11 +22,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import caslake
+from caslake.core import WriteOptions
+from caslake.core.read import scan
 from caslake.errors import CorruptMetadata
 from caslake.format import parquet, parquet_thrift
 from caslake.format.parquet import FooterInfo, parse_footer
-from caslake.table import scan
-from caslake.table.write import WriteOptions
 
 N = 80_000
 LOW_ROWS = 15_000  # "s" is low-cardinality in these first rows, then unique

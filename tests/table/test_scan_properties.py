@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import caslake
-from caslake.table.write import WriteOptions
+from caslake.core import WriteOptions
 from tests.conftest import segment_thresholds
 from tests.expr.reference import (
     SCHEMA,

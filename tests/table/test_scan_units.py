@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 
 import caslake
-from caslake.table import scan as scan_mod
-from caslake.table.pools import set_threads, threads
-from caslake.table.write import WriteOptions
+from caslake.core import WriteOptions
+from caslake.core.pools import set_threads, threads
+from caslake.core.read import scan as scan_mod
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.binary())])
 

@@ -14,14 +14,14 @@ import pytest
 
 import caslake
 from caslake.api import Table
+from caslake.core import segments
+from caslake.core.changes import Changes
+from caslake.core.commit import commit_with_retry
 from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile, Manifest, Pointer, segment_ref_check
-from caslake.maintenance.verify import verify_table
+from caslake.ops.verify import verify_table
 from caslake.store import open_store
 from caslake.store.base import GET, GET_RANGE, HEAD, LIST, PutMode
-from caslake.table import segments
-from caslake.table.changes import Changes
-from caslake.table.commit import commit_with_retry
 from tests.conftest import segment_thresholds
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
@@ -219,7 +219,7 @@ def test_delete_conflict_check_opens_no_segment_after_appends(tmp_path: Path) ->
     are still live.  When the commits in between removed no file (their summaries
     say so), it decides without opening a segment; after a removal it reads the
     live list and sees the file gone."""
-    from caslake.table.delete import touched_since
+    from caslake.core.conflicts import touched_since
     t = _sorted_table(str(tmp_path / "t"))
     planned = t.snapshot
     victim = next(f for f in t.io.live_files(planned) if f.stats[1]["min"] == 0)
@@ -253,7 +253,7 @@ def test_gc_mark_walks_each_segment_once_and_honours_removed(tmp_path: Path) -> 
     """gc's mark phase: a file removed from a segment (listed in ``removed``) stays
     referenced while any retained version still has it live, and is unreferenced
     once every retained version naming the segment has removed it."""
-    from caslake.maintenance.gc import _referenced
+    from caslake.ops.gc import _referenced
     t = _sorted_table(str(tmp_path / "t"))
     before = t.snapshot
     victim = next(f for f in t.io.live_files(before) if f.stats[1]["min"] == 0)
@@ -334,7 +334,7 @@ def test_read_validation_reads_only_segments_that_might_match(tmp_path: Path) ->
     """An upsert or delete with ``read_version`` checks the commits since through
     the pruned path: a concurrent change elsewhere opens no segment of the other
     keys, and a concurrent change to a matching key is still a conflict."""
-    from caslake.table.delete import PredicateCondition, changed_since
+    from caslake.core.conflicts import PredicateCondition, changed_since
     t = _sorted_table(str(tmp_path / "t"))
     read = t.snapshot
     t.append(_rows(1000, 1001))

@@ -1,0 +1,7 @@
+"""``python -m caslake.cli``."""
+
+import sys
+
+from caslake.cli.main import main
+
+sys.exit(main())

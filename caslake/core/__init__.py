@@ -1,0 +1,113 @@
+"""The commit core and the read path: the one import point for the layers above.
+
+Owns the table's metadata IO and time travel (``metadata_io``, ``segments``,
+``history``), the commit loop and its policy (``commit``), the typed changes a
+commit applies (``changes``) and the requirements it validates against its base
+(``requirements``), what conflicts with what (``conflicts``), the operation runner
+every write goes through (``runner``), the caches and pools (``cache``,
+``footers``, ``pools``), the write options and input conversion an operation
+hands the writer (``write_options``, ``arrow_input``, ``coerce``), where a cloned
+table's files live (``routing``), and the read path (``read/``: scan planning and
+execution, deletion masks, Arrow export).
+
+Every commit from above goes through the operation runner (``run_operation``):
+the commit loop itself (``commit.commit_with_retry``) is not exported here.
+
+It never imports ``caslake.ops``, ``caslake.dataset``, ``caslake.export``,
+``caslake.spark`` or ``caslake.cli``; those import this package, never its
+modules (``tests/test_architecture.py``).
+"""
+
+from caslake.core.arrow_input import as_reader
+from caslake.core.changes import Changes, Requirement, check_txn, txn_applied, write_prepare
+from caslake.core.coerce import SchemaConformer
+from caslake.core.commit import CommitPolicy, find_commit, settle
+from caslake.core.conflicts import (
+    Condition,
+    KeyCondition,
+    PredicateCondition,
+    changed_since,
+    key_scan_where,
+    touched_since,
+)
+from caslake.core.footers import FooterCache, read_footer
+from caslake.core.history import COMPACT, HistoryEntry, complete_summary
+from caslake.core.metadata_io import MetadataIO, Snapshot
+from caslake.core.pools import shared_pool, shutdown_all, threads
+from caslake.core.read.deletion_mask import DeletionMask, TombstoneCache, load_masks
+from caslake.core.read.interop import ArrowExport, live_file_list
+from caslake.core.read.scan import POSITION, FileTask, Scan, SnapshotSubset, summary_matcher
+from caslake.core.requirements import (
+    FilesUntouchedSince,
+    ReadSetUnchanged,
+    SchemaUnchanged,
+    UploadsNotCollected,
+    write_requirements,
+)
+from caslake.core.routing import RoutingStore, external_uris, key_at, resolve, route
+from caslake.core.runner import (
+    STARTED_AT_MS,
+    CommitResult,
+    TableContext,
+    adopt_ref_move,
+    noop_result,
+    run_operation,
+)
+from caslake.core.write_options import MiB, WriteOptions
+
+__all__ = [
+    "COMPACT",
+    "POSITION",
+    "STARTED_AT_MS",
+    "ArrowExport",
+    "Changes",
+    "CommitPolicy",
+    "CommitResult",
+    "Condition",
+    "DeletionMask",
+    "FileTask",
+    "FilesUntouchedSince",
+    "FooterCache",
+    "HistoryEntry",
+    "KeyCondition",
+    "MetadataIO",
+    "MiB",
+    "PredicateCondition",
+    "ReadSetUnchanged",
+    "Requirement",
+    "RoutingStore",
+    "Scan",
+    "SchemaConformer",
+    "SchemaUnchanged",
+    "Snapshot",
+    "SnapshotSubset",
+    "TableContext",
+    "TombstoneCache",
+    "UploadsNotCollected",
+    "WriteOptions",
+    "adopt_ref_move",
+    "as_reader",
+    "changed_since",
+    "check_txn",
+    "complete_summary",
+    "external_uris",
+    "find_commit",
+    "key_at",
+    "key_scan_where",
+    "live_file_list",
+    "load_masks",
+    "noop_result",
+    "read_footer",
+    "resolve",
+    "route",
+    "run_operation",
+    "settle",
+    "shared_pool",
+    "shutdown_all",
+    "summary_matcher",
+    "threads",
+    "touched_since",
+    "txn_applied",
+    "write_prepare",
+    "write_requirements",
+]

@@ -1,0 +1,318 @@
+"""The commit protocol: the only code that moves a table's pointer after creation.
+
+The pointer is ``_latest_manifest`` for ``main`` (the default); the key is a
+parameter so a ref can have its own.
+
+Steps (docs/protocol.md, "Commit"):
+
+1. the caller has uploaded its immutable objects (data files, tombstones);
+2. read the pointer and its ETag;
+3. validate the commit's requirements against that base (typed conflicts,
+   :mod:`caslake.core.requirements`), then build the next manifest
+   (``prepare`` may re-plan);
+4. write the manifest create-only under a fresh key;
+5. CAS the pointer with ``If-Match``;
+6. on 412/409, or on any error whose outcome is unknown, *settle*: read the
+   pointer back and look for our commit id.  Never guess from the error.  If
+   we lost, rebase and retry with capped, jittered backoff; after
+   ``max_attempts`` raise :class:`RetryBudgetExhausted`.  If the outcome stayed
+   open (the pointer had not reached that version), the next attempt first
+   checks whether that write landed late, so a commit never applies twice.
+
+Invariant (no false failure): while an attempt's pointer write is unsettled,
+every exit from the loop settles it first or raises
+:class:`CommitOutcomeUnknown`; an error of a later step (a manifest or
+tombstone PUT, a pointer GET, a conflict) is never reported while that write
+may still land.
+
+Invariant: a manifest this loop wrote is deleted only when the version slot
+it aimed at is provably held by another commit, so nothing a landed commit
+references is ever deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+from caslake.core.changes import Changes, Requirement, apply_changes
+from caslake.core.metadata_io import MetadataIO, Snapshot
+from caslake.core.segments import write_segment
+from caslake.errors import (
+    CommitConflict,
+    CommitOutcomeUnknown,
+    CorruptMetadata,
+    NotFound,
+    PreconditionFailed,
+    RetryBudgetExhausted,
+    StoreError,
+    TableNotFound,
+    TxnAlreadyApplied,
+)
+from caslake.format.keys import new_token
+from caslake.format.manifest import DataFile, Pointer, SegmentRef
+from caslake.store.base import IfMatch, PutMode
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CommitPolicy:
+    max_attempts: int = 50
+    base_backoff_s: float = 0.005
+    max_backoff_s: float = 0.5
+    settle_attempts: int = 6
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    snapshot: Snapshot
+    commit_id: str
+    attempts: int
+    noop: bool = False
+    # Versions that an attempt of this commit aimed at and whose pointer write was
+    # never settled.  commit_with_retry settles them before it returns, so this is
+    # always empty; a non-empty value would mean a write of ours could still land
+    # and the caller must not delete the objects the commit would reference.
+    unsettled: tuple[int, ...] = ()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _backoff(policy: CommitPolicy, attempt: int) -> None:
+    cap = min(policy.max_backoff_s, policy.base_backoff_s * (2 ** min(attempt, 20)))
+    time.sleep(random.uniform(0, cap))
+
+
+def landed(io: MetadataIO, commit_id: str, version: int,
+           pointer_key: str | None = None) -> bool | None:
+    """Did our commit land at ``version``?  True, False, or None if the pointer has
+    not reached ``version`` (our write may still be in flight: nothing is provable)."""
+    pointer, _ = io.read_pointer(pointer_key)
+    if pointer.commit_id == commit_id:
+        return True
+    if pointer.version < version:
+        return None
+    head = io.snapshot_for_pointer(pointer)
+    return io.at_version(head, version).manifest.commit_id == commit_id
+
+
+def find_commit(io: MetadataIO, commit_id: str, *, after: int,
+                aimed: int | None, pointer_key: str | None = None) -> bool | None:
+    """Settle a commit from outside its commit loop (e.g. another process, later),
+    knowing only its id, the version the table was at before it (``after``) and the
+    highest version an attempt aimed at (``aimed``, None if unknown).
+
+    True if some version after ``after`` carries ``commit_id``.  False if none does
+    and the pointer has reached ``aimed``: every pointer write of the commit was
+    conditional on the ETag of a pointer older than ``aimed``, so none can still
+    apply.  None otherwise (a delayed write could still land: nothing is provable).
+    """
+    pointer, _ = io.read_pointer()
+    if pointer.commit_id == commit_id:
+        return True
+    head = io.snapshot_for_pointer(pointer)
+    if head.version > after:
+        for snap in io.history(head, limit=head.version - after):
+            if snap.manifest.commit_id == commit_id:
+                return True
+    if aimed is not None and head.version >= aimed:
+        return False
+    return None
+
+
+def settle(check: Callable[[], T], *, commit_id: str, version: int | None,
+           policy: CommitPolicy = CommitPolicy()) -> T:
+    """Run ``check`` (:func:`landed` or :func:`find_commit`), retrying while the
+    pointer cannot be read; after ``policy.settle_attempts`` failures raise
+    :class:`CommitOutcomeUnknown`.  Never guesses from an error."""
+    last: Exception | None = None
+    for attempt in range(policy.settle_attempts):
+        try:
+            return check()
+        except (StoreError, CorruptMetadata) as e:
+            last = e
+            _backoff(policy, attempt + 3)
+    at = f"version {version}" if version is not None else "the commit"
+    raise CommitOutcomeUnknown(f"could not read the pointer back to settle {at} ({last})",
+                               commit_id=commit_id, version=version)
+
+
+def _settle(io: MetadataIO, commit_id: str, version: int, policy: CommitPolicy,
+            pointer_key: str) -> bool | None:
+    return settle(lambda: landed(io, commit_id, version, pointer_key), commit_id=commit_id,
+                  version=version, policy=policy)
+
+
+def _own_version(io: MetadataIO, pointer: Pointer, commit_id: str,
+                 versions: set[int]) -> Snapshot | None:
+    """Our snapshot if a write of an earlier, unsettled attempt (aimed at one of
+    ``versions``) has landed since; reading the pointer showed it at or past them."""
+    head = io.snapshot_for_pointer(pointer)
+    for v in sorted(versions):
+        if v <= head.version:
+            snap = io.at_version(head, v)
+            if snap.manifest.commit_id == commit_id:
+                return snap
+    return None
+
+
+def _settle_open(io: MetadataIO, pointer_key: str, commit_id: str, unsettled: set[int],
+                 policy: CommitPolicy, cause: BaseException | None) -> Snapshot | None:
+    """Settle the attempts whose pointer writes are still open before the loop exits.
+
+    Our snapshot if one of them landed; None if none can land any more (the
+    pointer has reached every version they aimed at without our commit id: each
+    was conditional on an older ETag).  Otherwise (the pointer cannot be read, or
+    has not reached them) raise :class:`CommitOutcomeUnknown`: reporting
+    ``cause`` instead would be a false failure if the write lands later."""
+    aimed = max(unsettled)
+
+    def check() -> Snapshot | bool | None:
+        pointer, _ = io.read_pointer(pointer_key)
+        mine = _own_version(io, pointer, commit_id, unsettled)
+        if mine is not None:
+            return mine
+        return False if pointer.version >= aimed else None
+
+    found = settle(check, commit_id=commit_id, version=aimed, policy=policy)
+    if isinstance(found, Snapshot):
+        return found
+    if found is False:
+        return None
+    why = f" (then: {cause})" if cause is not None else ""
+    raise CommitOutcomeUnknown(
+        f"the pointer write of an attempt at version {aimed} was never settled and may "
+        f"still land{why}", commit_id=commit_id, version=aimed) from cause
+
+
+def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | None], *,
+                      requirements: Sequence[Requirement] = (),
+                      policy: CommitPolicy = CommitPolicy(),
+                      now_ms: Callable[[], int] = _now_ms,
+                      on_attempt: Callable[[str, int], None] | None = None,
+                      commit_id: str | None = None,
+                      pointer_key: str | None = None) -> CommitOutcome:
+    """Commit the changes ``prepare(base)`` returns, rebasing until the pointer CAS wins.
+
+    Before ``prepare`` runs on a base, every one of ``requirements`` is validated
+    against it (a typed :class:`CommitConflict` when one fails; a
+    :class:`TxnAlreadyApplied` makes the commit a no-op).  ``prepare`` returns
+    None for "nothing to do" (no version is created).  ``pointer_key``: the ref
+    to commit to (default: ``io.pointer_key``, ``_latest_manifest`` for main).
+    ``on_attempt(stage, attempt)`` is a hook for fault-injection tests.
+
+    While the pointer write of an attempt is unsettled, no exit from the loop --
+    a win, a no-op, an error of a later step, an exhausted budget -- reports
+    anything but the truth: it settles that write first (our commit landed: a
+    win) or raises :class:`CommitOutcomeUnknown`.
+    """
+    key = pointer_key or io.pointer_key
+    commit_id = commit_id or new_token()
+    unsettled: set[int] = set()  # versions aimed at by attempts with an unknown outcome
+    for attempt in range(1, policy.max_attempts + 1):
+        try:
+            done = _attempt(io, key, prepare, requirements, policy, now_ms, on_attempt,
+                            commit_id, attempt, unsettled)
+        except CommitOutcomeUnknown:
+            raise
+        except Exception as err:  # not BaseException: a SimulatedCrash is a dead process
+            if isinstance(err, CommitConflict) and not err.attempts:
+                err.attempts = attempt  # a requirement failed on this attempt's base
+            if not unsettled:
+                raise
+            mine = _settle_open(io, key, commit_id, unsettled, policy, err)
+            if mine is not None:
+                return CommitOutcome(mine, commit_id, attempt)
+            raise  # provably nothing of ours can land: the error is the outcome
+        if done is not None:
+            if done.noop and unsettled:
+                mine = _settle_open(io, key, commit_id, unsettled, policy, None)
+                if mine is not None:
+                    return CommitOutcome(mine, commit_id, attempt)
+                return CommitOutcome(done.snapshot, commit_id, attempt, noop=True)
+            return done
+        _backoff(policy, attempt)
+    if unsettled:
+        mine = _settle_open(io, key, commit_id, unsettled, policy, None)
+        if mine is not None:
+            return CommitOutcome(mine, commit_id, policy.max_attempts)
+    raise RetryBudgetExhausted(f"gave up after {policy.max_attempts} attempts: other writers "
+                               "kept winning the pointer", attempts=policy.max_attempts)
+
+
+def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | None],
+             requirements: Sequence[Requirement], policy: CommitPolicy,
+             now_ms: Callable[[], int], on_attempt: Callable[[str, int], None] | None,
+             commit_id: str, attempt: int, unsettled: set[int]) -> CommitOutcome | None:
+    """One attempt: the outcome if it is final, None if it lost the race (``unsettled``
+    gains the version it aimed at when its pointer write stayed open)."""
+    store = io.store
+    pointer, etag = io.read_pointer(key)
+    if unsettled:
+        # A write of an earlier attempt may have landed late: committing again on
+        # top of it would apply the changes twice.
+        mine = _own_version(io, pointer, commit_id, unsettled)
+        if mine is not None:
+            return CommitOutcome(mine, commit_id, attempt)
+        unsettled.intersection_update(v for v in set(unsettled) if v > pointer.version)
+    base = io.snapshot_for_pointer(pointer)
+    try:
+        for requirement in requirements:
+            requirement.validate(base, io)
+    except TxnAlreadyApplied:
+        return CommitOutcome(base, commit_id, attempt, noop=True)
+    changes = prepare(base)
+    if changes is None:
+        return CommitOutcome(base, commit_id, attempt, noop=True)
+    written: list[SegmentRef] = []
+
+    def write(files: Sequence[DataFile]) -> SegmentRef:
+        ref = write_segment(store, files, schema=base.manifest.schema, version=base.version + 1)
+        written.append(ref)
+        return ref
+
+    manifest_key, manifest = apply_changes(
+        base, changes, commit_id=commit_id, token=new_token(), created_at_ms=now_ms(),
+        load=partial(io.segment_entries, where=base.key), write=write)
+    # A segment this attempt wrote and then folded into a bigger one in the same
+    # call was never referenced by any manifest: remove it now (best effort; gc
+    # would otherwise keep it until it is older than its fence).
+    kept = {s.manifest for s in manifest.segments}
+    for ref in written:
+        if ref.manifest not in kept:
+            with contextlib.suppress(StoreError):
+                store.delete(ref.manifest)
+    store.put(manifest_key, manifest.to_bytes(), mode=PutMode.CREATE)
+    if on_attempt:
+        on_attempt("manifest-written", attempt)
+    # The table's format version is its pointer's: carried forward, never lowered.
+    new_pointer = Pointer(manifest.table_id, manifest.version, manifest_key, commit_id,
+                          format_version=max(pointer.format_version, manifest.format_version))
+    try:
+        store.put(key, new_pointer.to_bytes(), mode=IfMatch(etag))
+        won: bool | None = True
+    except NotFound:
+        raise TableNotFound(f"the table at {store.uri} was deleted during the commit"
+                            ) from None
+    except (PreconditionFailed, StoreError):
+        # 412/409, or an error after which the write may or may not have applied.
+        won = _settle(io, commit_id, manifest.version, policy, key)
+    if won:
+        io.remember(manifest_key, manifest)
+        return CommitOutcome(Snapshot(manifest, manifest_key), commit_id, attempt)
+    if won is False:
+        # Another commit holds this version slot, so this manifest can never be
+        # referenced: removing it now saves GC the work.  Best effort.
+        with contextlib.suppress(StoreError):
+            store.delete(manifest_key)
+    else:
+        unsettled.add(manifest.version)
+    return None

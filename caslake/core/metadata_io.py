@@ -1,0 +1,219 @@
+"""Reading the pointer and manifests, with an in-process cache of immutable manifests.
+
+Owns: GET of the pointer (``_latest_manifest`` for ``main``; the key is a
+parameter, so a ref can have its own) and ``manifest/*``, resolution of segment
+references into a live file list, and time travel by version or timestamp
+through the ancestors' skip pointers (O(log n) manifest GETs).
+Never writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from caslake.core.cache import LruCache
+from caslake.core.segments import MightMatch, iter_segment_files, segment_files
+from caslake.errors import CorruptMetadata, NotFound, TableNotFound, VersionNotFound
+from caslake.format.keys import POINTER_KEY
+from caslake.format.manifest import (
+    DataFile,
+    Manifest,
+    Pointer,
+    SegmentRef,
+    parse_manifest,
+    parse_pointer,
+)
+from caslake.store.base import ObjectStore
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One committed table version: its manifest and where it lives."""
+
+    manifest: Manifest
+    key: str
+
+    @property
+    def version(self) -> int:
+        return self.manifest.version
+
+
+class MetadataIO:
+    def __init__(self, store: ObjectStore, *, cache_size: int = 256,
+                 pointer_key: str = POINTER_KEY) -> None:
+        self.store = store
+        self.pointer_key = pointer_key  # the ref this IO reads by default
+        self._cache: LruCache[str, Manifest] = LruCache(cache_size)  # keys are never reused
+
+    # --- pointer and manifests -------------------------------------------------
+
+    def read_pointer(self, pointer_key: str | None = None) -> tuple[Pointer, str]:
+        """The pointer (``pointer_key``, default this IO's) and its ETag.  Raises
+        TableNotFound if there is none."""
+        key = pointer_key or self.pointer_key
+        try:
+            res = self.store.get(key)
+        except NotFound:
+            raise TableNotFound(f"no table at {self.store.uri} ({key} is missing)") from None
+        return parse_pointer(res.data, key), res.etag
+
+    def remember(self, key: str, manifest: Manifest) -> None:
+        self._cache.put(key, manifest)
+
+    def load_manifest(self, key: str) -> Manifest:
+        return self._cache.get_or_load(key, lambda: self._fetch_manifest(key))
+
+    def _fetch_manifest(self, key: str) -> Manifest:
+        try:
+            res = self.store.get(key)
+        except NotFound:
+            raise CorruptMetadata(key, "the manifest is missing (referenced but not on storage)"
+                                  ) from None
+        return parse_manifest(res.data, key)
+
+    def load_manifests(self, keys: Iterable[str]) -> list[Manifest]:
+        keys = list(keys)
+        if len(keys) <= 1:
+            return [self.load_manifest(k) for k in keys]
+        with ThreadPoolExecutor(max_workers=min(16, len(keys))) as pool:
+            return list(pool.map(self.load_manifest, keys))
+
+    def latest(self, pointer_key: str | None = None) -> Snapshot:
+        pointer, _ = self.read_pointer(pointer_key)
+        return self.snapshot_for_pointer(pointer)
+
+    def snapshot_for_pointer(self, pointer: Pointer) -> Snapshot:
+        manifest = self.load_manifest(pointer.manifest)
+        if manifest.version != pointer.version or manifest.commit_id != pointer.commit_id:
+            raise CorruptMetadata(pointer.manifest, f"pointer says version {pointer.version} "
+                                  f"commit {pointer.commit_id}, manifest disagrees")
+        return Snapshot(manifest, pointer.manifest)
+
+    # --- live files --------------------------------------------------------------
+
+    def _manifest_segment(self, where: str) -> Callable[[SegmentRef], list[DataFile]]:
+        """Loader of a format-1 segment (an earlier manifest's inline files)."""
+        def load(ref: SegmentRef) -> list[DataFile]:
+            seg = self.load_manifest(ref.manifest)
+            if seg.version != ref.version or len(seg.files) != ref.file_count:
+                raise CorruptMetadata(where, f"segment {ref.manifest} does not match "
+                                      "its reference (version or file count)")
+            return list(seg.files)
+        return load
+
+    def live_files(self, snap: Snapshot) -> list[DataFile]:
+        """Every data file of the version, oldest segment first, inline entries last."""
+        return self.pruned_files(snap, None)
+
+    def pruned_files(self, snap: Snapshot, might_match: MightMatch | None) -> list[DataFile]:
+        """The live data files of the version in segments and blocks whose summaries
+        ``might_match`` (all of them when it is None), in live-file order.  Files of
+        an opened block are returned whether or not they match: pruning single
+        files is the caller's."""
+        m = snap.manifest
+        out: list[DataFile] = []
+        for seg in segment_files(self.store, m.segments, snap.key,
+                                 self._manifest_segment(snap.key), might_match):
+            out.extend(f for f in seg if f.path not in m.removed)
+        out.extend(m.files)
+        return out
+
+    def segment_entries(self, refs: Sequence[SegmentRef], where: str) -> list[list[DataFile]]:
+        """Every entry of each segment (for a commit that rewrites them)."""
+        return segment_files(self.store, refs, where, self._manifest_segment(where))
+
+    def iter_segment(self, ref: SegmentRef, where: str) -> Iterator[DataFile]:
+        """Every entry of one segment (named in manifest ``where``), streamed per block."""
+        return iter_segment_files(self.store, [ref], where, self._manifest_segment(where))
+
+    def iter_live_files(self, snap: Snapshot) -> Iterator[DataFile]:
+        """Every data file of the version, streamed one segment block at a time."""
+        return self.iter_pruned_files(snap, None)
+
+    def iter_pruned_files(self, snap: Snapshot, might_match: MightMatch | None
+                          ) -> Iterator[DataFile]:
+        """:meth:`pruned_files`, streamed one segment block at a time."""
+        m = snap.manifest
+        for f in iter_segment_files(self.store, m.segments, snap.key,
+                                    self._manifest_segment(snap.key), might_match):
+            if f.path not in m.removed:
+                yield f
+        yield from m.files
+
+    @staticmethod
+    def pruned_bytes(snap: Snapshot, might_match: MightMatch | None,
+                     file_might_match: Callable[[DataFile], bool] | None = None) -> int:
+        """Stored bytes of the version's entries in segments whose summaries might
+        match, plus its inline entries that ``file_might_match``: an estimate for
+        sizing work (removed entries and pruned blocks are counted), from the
+        manifest alone."""
+        m = snap.manifest
+        if might_match is None:
+            return m.totals.bytes
+        return sum(r.byte_count for r in m.segments
+                   if not r.is_object or might_match(r.stats or {}, r.row_count, r.manifest)
+                   ) + sum(f.size for f in m.files
+                           if file_might_match is None or file_might_match(f))
+
+    # --- time travel ---------------------------------------------------------------
+
+    def at_version(self, head: Snapshot, version: int) -> Snapshot:
+        if version < 0 or version > head.version:
+            raise VersionNotFound(f"version {version} does not exist "
+                                  f"(the table is at version {head.version})")
+        self._check_retained(head, version)
+        cur = head
+        while cur.version != version:
+            jumps = [a for a in cur.manifest.ancestors if a.version >= version]
+            if not jumps:
+                raise CorruptMetadata(cur.key, f"no ancestor reaches version {version}")
+            best = min(jumps, key=lambda a: a.version)
+            cur = self._step(cur, best.manifest, best.version)
+        return cur
+
+    def as_of(self, head: Snapshot, ts_ms: int) -> Snapshot:
+        """The newest version committed at or before ``ts_ms`` (commit times are monotonic)."""
+        cur = head
+        while cur.manifest.created_at_ms > ts_ms:
+            later = [a for a in cur.manifest.ancestors if a.created_at_ms > ts_ms]
+            if later:
+                best = min(later, key=lambda a: a.version)
+                cur = self._step(cur, best.manifest, best.version)
+                continue
+            parent = [a for a in cur.manifest.ancestors if a.version == cur.version - 1]
+            if not parent:
+                raise VersionNotFound("no version of the table is that old "
+                                      f"(version {cur.version} was committed after it)")
+            self._check_retained(head, parent[0].version)
+            return self._step(cur, parent[0].manifest, parent[0].version)
+        return cur
+
+    def _check_retained(self, head: Snapshot, version: int) -> None:
+        oldest = head.manifest.oldest_version
+        if version < oldest:
+            raise VersionNotFound(f"version {version} was expired by gc (the oldest "
+                                  f"retained version is {oldest})")
+
+    def _step(self, cur: Snapshot, key: str, version: int) -> Snapshot:
+        try:
+            m = self.load_manifest(key)
+        except CorruptMetadata:
+            # A handle opened before a gc may walk into an expired version.
+            self._check_retained(self.latest(), version)
+            raise
+        if m.version != version or m.table_id != cur.manifest.table_id:
+            raise CorruptMetadata(cur.key, f"ancestor {key} is not version {version} of this table")
+        return Snapshot(m, key)
+
+    def history(self, head: Snapshot, limit: int | None = None) -> list[Snapshot]:
+        """Versions from ``head`` back to the oldest one gc retained, newest first."""
+        out = [head]
+        cur = head
+        oldest = head.manifest.oldest_version
+        while (cur.manifest.parent is not None and cur.version > oldest
+               and (limit is None or len(out) < limit)):
+            cur = self._step(cur, cur.manifest.parent, cur.version - 1)
+            out.append(cur)
+        return out

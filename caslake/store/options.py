@@ -1,0 +1,70 @@
+"""``StorageOptions``: the keys a caller may pass as ``storage_options``.
+
+Only ``s3://`` URIs take storage options (:func:`caslake.store.open_store`
+rejects any for ``memory://`` and local paths, which read no option and no
+environment variable).  :func:`caslake.store.s3.resolve_s3_settings` reads
+them: each key is matched case-insensitively, the aliases listed below name
+the same setting, and a key it does not know raises StoreConfigError.  A key
+left out (or given as ``None``/``""``) falls back to the environment variable
+named beside it, then to the default.
+
+This is a type for annotations only; at run time ``storage_options`` is any
+plain ``dict``.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+
+class StorageOptions(TypedDict, total=False):
+    """Connection settings for an ``s3://`` table (like obstore's ``S3Config``).
+
+    Values may also be given as strings (as Spark options always are):
+    booleans as ``true``/``false``/``1``/``0``/``yes``/``no``, numbers as text.
+    """
+
+    #: S3 endpoint (``http(s)://host:port``), for MinIO, R2, moto...
+    #: Env: ``AWS_ENDPOINT_URL_S3``, then ``AWS_ENDPOINT_URL``; default: AWS itself.
+    endpoint_url: str
+    #: Alias of ``endpoint_url``.
+    endpoint: str
+    #: Alias of ``endpoint_url``.
+    aws_endpoint_url: str
+    #: Region.  Env: ``AWS_REGION``, then ``AWS_DEFAULT_REGION``; default ``us-east-1``.
+    region: str
+    #: Alias of ``region``.
+    region_name: str
+    #: Alias of ``region``.
+    aws_region: str
+    #: Access key id.  Credentials are taken as a group: with an access key id
+    #: here, the secret and token come from these options only; without one,
+    #: all three come from ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
+    #: ``AWS_SESSION_TOKEN``; with none at all, obstore's credential chain
+    #: (instance profile, web identity, ECS) applies.
+    access_key_id: str
+    #: Alias of ``access_key_id``.
+    aws_access_key_id: str
+    #: Secret access key (needs ``access_key_id``).  Env: ``AWS_SECRET_ACCESS_KEY``.
+    secret_access_key: str
+    #: Alias of ``secret_access_key``.
+    aws_secret_access_key: str
+    #: Session token of temporary credentials.  Env: ``AWS_SESSION_TOKEN``.
+    session_token: str
+    #: Alias of ``session_token``.
+    aws_session_token: str
+    #: Allow a plain ``http://`` endpoint.  No env; default: whether the endpoint is http://.
+    allow_http: bool | str
+    #: Virtual-hosted-style requests (``bucket.host``) instead of path style.
+    #: No env; default: False with an explicit endpoint, True on AWS.
+    virtual_hosted_style: bool | str
+    #: Alias of ``virtual_hosted_style``.
+    virtual_hosted_style_request: bool | str
+    #: Retries of one request by obstore.  No env; default 3.
+    max_retries: int | str
+    #: Whole retry budget of one request, in seconds.  No env; default 20.
+    retry_timeout: float | str
+    #: Connection timeout, in seconds.  No env; default 5.
+    connect_timeout: float | str
+    #: Whole-request timeout (body included), in seconds.  No env; default 120.
+    request_timeout: float | str

@@ -1,0 +1,625 @@
+"""The public facade: :class:`Table`, ``create_table``, ``open_table``, ``clone``, ``drop_table``.
+
+A handle is on a table URI (and a branch: ``main`` unless bound with
+:meth:`Table.branch`).  ``version`` and ``schema`` describe the snapshot the
+handle last saw (after its own commits, scans or ``refresh()``); every
+operation reads the pointer afresh, so writers always commit on top of the
+latest version and a plain ``scan()`` reads the latest.
+
+This module owns no logic of its own: every method is a call into the layer
+that owns it -- reads into the core's read path (:mod:`caslake.core`), writes,
+refs, clones and maintenance into one module each of :mod:`caslake.ops`
+(maintenance and export loaded only when used), every commit through the one
+runner (:func:`caslake.core.run_operation`).  Nothing in the library below it
+imports it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Self
+
+import pyarrow as pa
+
+from caslake.core import (
+    ArrowExport,
+    Changes,
+    CommitPolicy,
+    CommitResult,
+    FooterCache,
+    HistoryEntry,
+    MetadataIO,
+    Scan,
+    Snapshot,
+    TableContext,
+    TombstoneCache,
+    WriteOptions,
+    adopt_ref_move,
+    as_reader,
+    check_txn,
+    complete_summary,
+    live_file_list,
+    noop_result,
+    run_operation,
+    txn_applied,
+    write_prepare,
+    write_requirements,
+)
+from caslake.errors import (
+    AlreadyExists,
+    CommitOutcomeUnknown,
+    InvalidArgument,
+    RefNotFound,
+    StoreError,
+    TableAlreadyExists,
+    TableNotFound,
+)
+from caslake.expr import Expr
+from caslake.format.keys import POINTER_KEY, manifest_key, new_token
+from caslake.format.manifest import Manifest, Pointer, format_ts
+from caslake.format.properties import retention_policy
+from caslake.format.refs import BRANCH_PREFIX, MAIN, branch_key, name_from_key, validate_ref_name
+from caslake.format.schema import TableSchema
+from caslake.ops import refs
+from caslake.ops.clone import with_externals
+from caslake.ops.schema import SchemaUpdate, align_input, with_schema
+from caslake.ops.transaction import Transaction
+from caslake.ops.write import write_data_files
+from caslake.store import open_store
+from caslake.store.base import ObjectStore, PutMode
+from caslake.store.options import StorageOptions
+
+if TYPE_CHECKING:
+    from caslake.export.result import ExportResult
+    from caslake.ops.gc import GcReport
+    from caslake.ops.purge import Progress, PurgeReport
+
+def _ts_to_ms(as_of: datetime | str | int | float) -> int:
+    if isinstance(as_of, int | float) and not isinstance(as_of, bool):
+        return int(as_of)
+    if isinstance(as_of, str):
+        try:
+            as_of = datetime.fromisoformat(as_of)
+        except ValueError:
+            raise InvalidArgument(f"as_of {as_of!r} is not an ISO-8601 timestamp") from None
+    if isinstance(as_of, datetime):
+        if as_of.tzinfo is None:
+            as_of = as_of.replace(tzinfo=UTC)
+        return int(as_of.timestamp() * 1000)
+    raise InvalidArgument(f"as_of must be a datetime, ISO string or epoch ms, not {as_of!r}")
+
+
+# use them: ``import caslake`` and a scan never load them (tests/test_import_cost.py).
+EXPORT_PROPERTY_PREFIX = "export."
+
+
+def _export_on_commit(ctx: TableContext, snapshot: Snapshot) -> None:
+    """The ``export.*`` table properties' export of a commit (export loaded only
+    when the table has such a property)."""
+    if any(k.startswith(EXPORT_PROPERTY_PREFIX) for k in snapshot.manifest.properties):
+        from caslake.export.hook import export_on_commit
+
+        export_on_commit(ctx, snapshot)
+
+
+
+class Table(ArrowExport):
+    """``pa.table(t)``, ``duckdb.sql('select ... from t')``, ``pl.DataFrame(t)``,
+    ``t.to_pandas()`` and ``t.to_polars()`` read the latest version (see
+    :mod:`caslake.core.read.interop`)."""
+
+    def __init__(self, store: ObjectStore, snapshot: Snapshot, *,
+                 write_options: WriteOptions | None = None,
+                 commit_policy: CommitPolicy | None = None, io: MetadataIO | None = None,
+                 pointer_key: str = POINTER_KEY) -> None:
+        self._context = ctx = TableContext(store, snapshot, io=io, write_options=write_options,
+                                           commit_policy=commit_policy, pointer_key=pointer_key)
+
+        # ``export.iceberg`` / ``export.delta`` table properties: export each commit.
+        def export_on_commit(snapshot: Snapshot) -> None:  # the name the runner logs
+            _export_on_commit(ctx, snapshot)
+
+        ctx.on_commit.append(export_on_commit)
+
+    @classmethod
+    def load(cls, store: ObjectStore, *, pointer_key: str = POINTER_KEY,
+             **kwargs: Any) -> Self:
+        """Open the table that lives in ``store`` (any ObjectStore, e.g. a wrapped one),
+        at the latest version of the ref whose pointer is ``pointer_key``."""
+        io = MetadataIO(store, pointer_key=pointer_key)
+        return cls(store, io.latest(), io=io, pointer_key=pointer_key, **kwargs)
+
+    @classmethod
+    def open(cls, uri: str, *, storage_options: StorageOptions | None = None,
+             write_options: WriteOptions | None = None) -> Self:
+        """Open an existing table at its latest version.  Raises TableNotFound.  A
+        clone's store also reads the objects it references in its source."""
+        store = open_store(uri, storage_options)
+        head = MetadataIO(store).latest()
+        return cls.load(with_externals(store, head.manifest, storage_options),
+                        write_options=write_options)
+
+    @classmethod
+    def create(cls, uri: str, schema: pa.Schema, *,
+               storage_options: StorageOptions | None = None,
+               properties: dict[str, str] | None = None,
+               write_options: WriteOptions | None = None) -> Self:
+        """Create an empty table (version 0).  Raises TableAlreadyExists."""
+        store = open_store(uri, storage_options)
+        return cls(store, _create(store, schema, properties), write_options=write_options)
+
+    def _handle_for(self, pointer_key: str, snapshot: Snapshot) -> Self:
+        return type(self)(self.store, snapshot, write_options=self.write_options,
+                          commit_policy=self.commit_policy, pointer_key=pointer_key)
+
+    # --- state ---------------------------------------------------------------------
+    # The handle's context and caches are read-only from outside: operations get the
+    # context (``table.context``); only the runner moves its snapshot.
+
+    @property
+    def context(self) -> TableContext:
+        """The handle's :class:`~caslake.core.TableContext` (store, metadata IO, caches,
+        options, clock), as the operations below the facade see it."""
+        return self._context
+
+    @property
+    def store(self) -> ObjectStore:
+        return self.context.store
+
+    @property
+    def io(self) -> MetadataIO:
+        return self.context.io
+
+    @property
+    def footers(self) -> FooterCache:
+        return self.context.footers
+
+    @property
+    def tombstones(self) -> TombstoneCache:
+        return self.context.tombstones
+
+    @property
+    def write_options(self) -> WriteOptions:
+        return self.context.write_options
+
+    @write_options.setter
+    def write_options(self, options: WriteOptions) -> None:
+        self.context.write_options = options
+
+    @property
+    def commit_policy(self) -> CommitPolicy:
+        return self.context.commit_policy
+
+    @commit_policy.setter
+    def commit_policy(self, policy: CommitPolicy) -> None:
+        self.context.commit_policy = policy
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri
+
+    @property
+    def version(self) -> int:
+        return self.snapshot.version
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.snapshot.manifest.schema.to_arrow()
+
+    @property
+    def table_schema(self) -> TableSchema:
+        return self.snapshot.manifest.schema
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.context.snapshot
+
+    def refresh(self) -> Self:
+        self.context.refresh()
+        return self
+
+    def _resolve(self, version: int | None, as_of: datetime | str | int | None) -> Snapshot:
+        if version is not None and as_of is not None:
+            raise InvalidArgument("give either version or as_of, not both")
+        head = self.context.refresh()
+        if version is not None:
+            return self.io.at_version(head, version)
+        if as_of is not None:
+            return self.io.as_of(head, _ts_to_ms(as_of))
+        return head
+
+    # --- reads ---------------------------------------------------------------------
+
+    def scan(self, columns: Sequence[str] | None = None, where: str | Expr | None = None,
+             version: int | None = None, as_of: datetime | str | int | None = None, *,
+             ref: str | None = None, tag: str | None = None) -> Scan:
+        """Pin a snapshot (latest, or by version / timestamp; of this handle's branch,
+        of branch ``ref``, or the version tag ``tag`` names) and plan a read of it."""
+        return Scan(self.io, self.footers, self._resolve_ref(version, as_of, ref, tag),
+                    columns, where, self.tombstones)
+
+    def to_arrow(self, **kwargs: Any) -> pa.Table:
+        return self.scan(**kwargs).to_arrow()
+
+    def _export_reader(self) -> pa.RecordBatchReader:
+        return self.scan().to_reader()
+
+    def live_files(self, version: int | None = None) -> list[dict[str, Any]]:
+        """The live data files of the latest version (or ``version``): full ``uri``,
+        ``path``, ``rows``, ``deleted_rows`` (rows tombstones hide: another engine
+        reading the file directly sees them) and ``bytes``."""
+        return live_file_list(self.store, self.io, self._resolve(version, None))
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The table properties at the latest version."""
+        return dict(self._resolve(None, None).manifest.properties)
+
+    def set_properties(self, updates: dict[str, str]) -> CommitResult:
+        """Set (add or replace) table properties as one new version."""
+        if not isinstance(updates, dict) or not updates or not all(
+                isinstance(k, str) and k and isinstance(v, str) for k, v in updates.items()):
+            raise InvalidArgument("set_properties needs a non-empty dict of non-empty string "
+                                  f"keys to string values, not {updates!r}")
+        retention_policy(updates)  # a bad retention.* value commits nothing
+        ctx = self.context
+        started = ctx.meter()
+        changes = Changes("set_properties", properties=dict(updates),
+                          params={"keys": ",".join(sorted(updates))})
+        return run_operation(ctx, "set_properties", lambda base: changes, started=started)
+
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        head = self._resolve(None, None)
+        return [HistoryEntry.of(s.manifest, s.key) for s in self.io.history(head, limit)]
+
+    # --- writes --------------------------------------------------------------------
+
+    def append(self, data: Any, *, txn: tuple[str, int] | None = None,
+               params: dict[str, str] | None = None,
+               schema_mode: str | None = None) -> CommitResult:
+        """Write ``data`` as new data files and commit them as exactly one new version.
+
+        Columns match the table by name, and a column renamed since the data was
+        read matches by its field id.  Columns the table lacks are refused
+        (SchemaMismatch naming them) unless ``schema_mode="merge"``, which adds
+        them (nullable) in the same commit."""
+        return self._write("append", data, remove_all=False, txn=txn, params=params,
+                           schema_mode=schema_mode)
+
+    def update_schema(self) -> SchemaUpdate:
+        """A builder of schema changes that commits once: ``.add_column(name, type)``,
+        ``.rename_column(old, new)``, ``.drop_column(name)``, ``.widen_column(name,
+        type)``, ``.make_nullable(name)``, then ``.commit()``."""
+        return SchemaUpdate(self.context)
+
+    def overwrite(self, data: Any, *, txn: tuple[str, int] | None = None,
+                  params: dict[str, str] | None = None) -> CommitResult:
+        """Replace every row with ``data`` in one version.
+
+        Conflicts (``ConcurrentModification``) with any commit that lands between
+        planning and committing, so concurrent rows are never silently dropped."""
+        return self._write("overwrite", data, remove_all=True, txn=txn, params=params)
+
+    def _write(self, operation: str, data: Any, *, remove_all: bool,
+               txn: tuple[str, int] | None, params: dict[str, str] | None,
+               schema_mode: str | None = None) -> CommitResult:
+        ctx = self.context
+        started = ctx.meter()
+        if txn is not None:
+            txn = check_txn(txn)
+        start = ctx.refresh() if remove_all or txn else ctx.snapshot
+        if txn_applied(start.manifest.txns, txn):
+            return noop_result(ctx, operation, start, started=started)
+        schema = start.manifest.schema
+        reader, merged = align_input(as_reader(data), schema, schema_mode)
+        if merged is not None:
+            refs.ensure_format(ctx.io)  # a schema change: format 2
+        files = write_data_files(self.store, reader, merged or schema, self.write_options)
+        if not files and not remove_all and merged is None:
+            return noop_result(ctx, operation, start, started=started, commit_id="")
+        prepare = write_prepare(operation, files, remove_all=remove_all, txn=txn,
+                                params=params)
+        return run_operation(
+            ctx, operation, lambda base: with_schema(prepare(base), merged),
+            requirements=write_requirements(operation, schema, txn=txn,
+                                            base_version=start.version if remove_all else None),
+            started=started)
+
+    def delete(self, where: str | Expr, *, read_version: int | None = None) -> CommitResult:
+        """Delete the rows matching ``where`` without rewriting any data file.
+
+        One tombstone object and one commit; a delete that matches nothing
+        creates no version (``noop`` is True, ``rows_deleted`` 0).  With
+        ``read_version`` the delete refuses (ReadValidationFailed) to commit over any
+        commit since that version that changed rows ``where`` could match."""
+        tx = Transaction(self.context, read_version=read_version)
+        tx.delete(where)
+        return tx.commit()
+
+    def upsert(self, data: Any, key: list[str] | str, *, read_version: int | None = None,
+               on_duplicate: str = "error") -> CommitResult:
+        """CDC-style change in one commit: delete the current rows whose ``key``
+        columns equal a key in ``data``, then append ``data``.
+
+        For a read-modify-write (new values computed from rows read at version
+        ``v``), pass ``read_version=v``: the upsert then raises ReadValidationFailed
+        instead of committing over a concurrent change to any of those keys.
+
+        A key twice in ``data`` raises DuplicateKey; ``on_duplicate="last"`` (or
+        ``"first"``) keeps that row of each key instead."""
+        tx = Transaction(self.context, read_version=read_version)
+        tx.upsert(data, key, on_duplicate=on_duplicate)
+        return tx.commit()
+
+    def transaction(self, *, read_version: int | None = None) -> Transaction:
+        """``with table.transaction() as tx: tx.delete(...); tx.append(...)`` commits
+        everything as one version on a clean exit, nothing if the block raises.
+        ``read_version``: see :meth:`upsert`."""
+        return Transaction(self.context, read_version=read_version)
+
+    def describe(self) -> dict[str, Any]:
+        snap = self._resolve(None, None)
+        m = snap.manifest
+        files = self.io.live_files(snap)
+        deleted = m.deleted_rows_per_file()
+        return {
+            "uri": self.uri, "table_id": m.table_id, "version": m.version,
+            "created_at": format_ts(m.created_at_ms), "operation": m.operation,
+            "schema": [f.to_json() for f in m.schema.fields],
+            "files": len(files), "rows": m.totals.live_rows, "stored_rows": m.totals.rows,
+            "deleted_rows": m.totals.deleted_rows, "bytes": m.totals.bytes,
+            "tombstones": len(m.tombstones),
+            "metadata": {"inline_entries": len(m.files), "segments": len(m.segments),
+                         "removed_entries": len(m.removed)},
+            "data_files": [{"path": f.path, "rows": f.row_count, "bytes": f.size,
+                            "row_groups": f.row_group_count,
+                            "deleted_rows": deleted.get(f.path, 0)}
+                           for f in files],
+        }
+
+    # --- which ref -------------------------------------------------------------------
+
+    @property
+    def ref(self) -> str:
+        """The branch this handle reads and commits to (``main`` by default)."""
+        key = self.context.pointer_key
+        return MAIN if key == POINTER_KEY else name_from_key(key, BRANCH_PREFIX) or key
+
+    def branch(self, name: str) -> Self:
+        """A handle bound to branch ``name``: its appends, deletes, upserts,
+        transactions, compaction and gc marker commit to that branch.  Raises
+        RefNotFound."""
+        head = refs.branch_head(self.context.io, name)
+        return self._handle_for(branch_key(name), head)
+
+    def create_branch(self, name: str, from_version: int | None = None, *,
+                      tag: str | None = None) -> Self:
+        """Create branch ``name`` at ``from_version`` of this handle's branch (default:
+        its latest version) or at tag ``tag``, and return a handle bound to it."""
+        validate_ref_name(name, kind="branch")
+        io = self.context.io
+        if tag is not None:
+            if from_version is not None:
+                raise InvalidArgument("give either from_version or tag, not both")
+            snap = refs.tag_snapshot(io, tag)
+            floor = snap.version  # below a tag, nothing is guaranteed to exist
+        else:
+            head = self._head()
+            snap = head if from_version is None else io.at_version(head, from_version)
+            floor = head.manifest.oldest_version
+        fork = refs.create_branch(io, name, snap, floor=floor)
+        return self._handle_for(branch_key(name), fork)
+
+    def create_tag(self, name: str, version: int | None = None) -> refs.RefInfo:
+        """Tag ``version`` of this handle's branch (default: its latest) as ``name``;
+        tags are immutable, and a dropped tag's name can never be used again."""
+        validate_ref_name(name, kind="tag")
+        head = self._head()
+        snap = head if version is None else self.context.io.at_version(head, version)
+        t = refs.create_tag(self.context.io, name, snap, branch=self.ref,
+                            now_ms=self.context.now_ms)
+        return refs.RefInfo("tag", t.name, t.target.version, t.target.commit_id,
+                            t.target.manifest, branch=t.branch)
+
+    def list_refs(self) -> list[refs.RefInfo]:
+        """Every branch (``main`` first), live tag and clone hold of the table."""
+        return refs.list_refs(self.context.io)
+
+    def drop_branch(self, name: str) -> None:
+        """Drop branch ``name``.  Refused (RefInUse, naming them) while a tag or a
+        clone still needs a version only this branch has."""
+        refs.drop_branch(self.context.io, name)
+
+    def drop_tag(self, name: str) -> None:
+        """Drop tag ``name``; its name stays retired (a tombstone)."""
+        refs.drop_tag(self.context.io, name, now_ms=self.context.now_ms)
+
+    def fast_forward(self, target: str = MAIN, *, source: str) -> int:
+        """Move branch ``target`` to ``source``'s head if ``target`` has not moved since
+        the fork (else BranchDiverged).  Returns ``target``'s new version."""
+        validate_ref_name(target, kind="branch")
+        validate_ref_name(source, kind="branch")
+        snap = refs.fast_forward(self.context.io, target, source)
+        if target == self.ref:
+            # No store call after the move: a failing read now would report a
+            # fast-forward that happened as a failure.
+            adopt_ref_move(self.context, snap)
+        return snap.version
+
+    def merge(self, source: str, *, into: str = MAIN) -> CommitResult:
+        """Commit ``source``'s changes since its fork onto branch ``into`` as one
+        version, provided ``into`` only appended since the fork (else BranchDiverged)."""
+        validate_ref_name(source, kind="branch")
+        target = self if into == self.ref else self.branch(into)
+        ctx = target.context
+        started = ctx.meter()
+        refs.branch_head(ctx.io, source)  # RefNotFound before anything else
+        return run_operation(ctx, "merge", refs.merge_changes(ctx.io, into, source),
+                             started=started)
+
+    # --- reads -----------------------------------------------------------------------
+
+    def _head(self) -> Snapshot:
+        try:
+            return self.context.refresh()
+        except TableNotFound:
+            if self.ref != MAIN:
+                raise RefNotFound("branch", self.ref) from None
+            raise
+
+    def _resolve_ref(self, version: int | None, as_of: datetime | str | int | None,
+                     ref: str | None, tag: str | None) -> Snapshot:
+        """The snapshot a read names: a tag, a version or time of branch ``ref``, or
+        of this handle's branch."""
+        if tag is not None:
+            if version is not None or as_of is not None or ref is not None:
+                raise InvalidArgument("a tag names one version: give tag alone, without "
+                                      "ref, version or as_of")
+            return refs.tag_snapshot(self.context.io, tag)
+        if ref is None or (validate_ref_name(ref, kind="branch") == self.ref):
+            return self._resolve(version, as_of)
+        return self.branch(ref)._resolve(version, as_of)
+
+    def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1
+                ) -> CommitResult:
+        """Rewrite small files, and files ``deleted_fraction`` or more of whose rows are
+        deleted, into new files in one commit (see :mod:`caslake.ops.compact`)."""
+        from caslake.ops.compact import compact
+
+        return compact(self.context, target_file_size=target_file_size,
+                       deleted_fraction=deleted_fraction)
+
+    def purge(self, where: str | Expr, *, dry_run: bool = False, expire: bool = False,
+              progress: Progress | None = None, audit_key: bytes | None = None
+              ) -> PurgeReport:
+        """Physically erase the rows ``where`` matches, by row-group splice, in one
+        version (see :mod:`caslake.ops.purge`)."""
+        from caslake.export.erase import describe_erasure, erase_export_history
+        from caslake.export.roots import export_roots
+        from caslake.ops.purge import purge
+
+        ctx = self.context
+
+        def erase_exports(dry: bool) -> list[str]:
+            # the exports' erasure: rewritten to the purge's version, older objects gone
+            return describe_erasure(ctx.store) if dry else erase_export_history(ctx)
+
+        return purge(ctx, where, dry_run=dry_run, expire=expire, progress=progress,
+                     audit_key=audit_key, extra_roots=(export_roots,),
+                     erase_exports=erase_exports)
+
+    def gc(self, *, retention: timedelta | None = None, dry_run: bool = False,
+           now: datetime | None = None, force: bool = False) -> GcReport:
+        """Expire versions older than ``retention`` and delete the objects no retained
+        version references (see :mod:`caslake.ops.gc`)."""
+        from caslake.export.roots import export_roots
+        from caslake.ops.gc import collect_garbage
+
+        return collect_garbage(self.context, retention=retention, dry_run=dry_run, now=now,
+                               force=force, extra_roots=(export_roots,))
+
+    def export_iceberg(self, version: int | None = None, out: str | None = None,
+                       storage_options: StorageOptions | None = None) -> ExportResult:
+        """Write Iceberg v2 metadata for ``version`` (latest if None) under
+        ``<out or the table root>/metadata/`` (see :mod:`caslake.export.iceberg`)."""
+        from caslake.export.iceberg import export_iceberg
+
+        return export_iceberg(self.context, version, out, storage_options)
+
+    def export_delta(self, version: int | None = None) -> ExportResult:
+        """Append a Delta commit to ``_delta_log/`` showing ``version`` (latest if None;
+        see :mod:`caslake.export.delta`)."""
+        from caslake.export.delta import export_delta
+
+        return export_delta(self.context, version)
+
+    def drop_export(self, format: str, *, out: str | None = None,
+                    storage_options: StorageOptions | None = None) -> int:
+        """Delete the ``format`` ("iceberg" or "delta") export at the table root (or an
+        Iceberg export at ``out``): every object of it.  Refused with
+        ExportOnCommitEnabled while the table property ``export.<format>`` is true;
+        returns the number of objects deleted (0: none; see
+        :mod:`caslake.export.erase`)."""
+        from caslake.export.erase import drop_export
+
+        return drop_export(self.context, format, out=out, storage_options=storage_options)
+
+
+def _create(store: ObjectStore, schema: pa.Schema, properties: dict[str, str] | None,
+            pointer_key: str = POINTER_KEY) -> Snapshot:
+    """Write version 0 and create the pointer.  Raises TableAlreadyExists, or
+    CommitOutcomeUnknown if the pointer write's outcome cannot be read back."""
+    if not isinstance(schema, pa.Schema):
+        raise InvalidArgument(f"schema must be a pyarrow.Schema, not {type(schema).__name__}")
+    table_schema = TableSchema.from_arrow(schema)
+    if store.exists(pointer_key):
+        raise TableAlreadyExists(f"a table already exists at {store.uri}")
+    commit_id, token = new_token(), new_token()
+    manifest = Manifest(table_id=new_token(), version=0, parent=None, commit_id=commit_id,
+                        created_at_ms=int(time.time() * 1000), operation="create",
+                        schema=table_schema, properties=dict(properties or {}),
+                        summary=complete_summary({}))
+    key = manifest_key(0, token)
+    store.put(key, manifest.to_bytes(), mode=PutMode.CREATE)
+    pointer = Pointer(manifest.table_id, 0, key, commit_id)
+    try:
+        store.put(pointer_key, pointer.to_bytes(), mode=PutMode.CREATE)
+    except (AlreadyExists, StoreError) as err:
+        # Settle by reading back: only our commit id means we created it.
+        try:
+            current, _ = MetadataIO(store, pointer_key=pointer_key).read_pointer()
+        except TableNotFound:
+            raise err from None
+        except StoreError as unreadable:
+            raise CommitOutcomeUnknown(f"creating the table at {store.uri}: the pointer "
+                                       f"write failed ({err}) and could not be read back "
+                                       f"({unreadable})", commit_id=commit_id, version=0
+                                       ) from err
+        if current.commit_id != commit_id:
+            store.delete(key)  # the slot is provably someone else's: our manifest is an orphan
+            raise TableAlreadyExists(f"a table already exists at {store.uri}") from None
+    return Snapshot(manifest, key)
+
+
+def create_table(uri: str, schema: pa.Schema, *, storage_options: StorageOptions | None = None,
+                 properties: dict[str, str] | None = None,
+                 write_options: WriteOptions | None = None) -> Table:
+    """Create an empty table (version 0).  Raises TableAlreadyExists."""
+    return Table.create(uri, schema, storage_options=storage_options, properties=properties,
+                        write_options=write_options)
+
+
+def clone(source_uri: str, target_uri: str, *, version: int | None = None,
+          tag: str | None = None, branch: str = "main",
+          storage_options: StorageOptions | None = None,
+          write_options: WriteOptions | None = None) -> Table:
+    """A zero-copy clone of ``source_uri`` (at ``version``, tag ``tag`` or the head of
+    ``branch``) at ``target_uri``: it references the source's files where they lie
+    (held by a record under the source, so the source's gc keeps them); new writes
+    go to the target.  Released by :func:`drop_table`, or by the clone's gc once
+    nothing the clone retains references the source (e.g. after compaction)."""
+    from caslake.ops.clone import clone as _clone
+
+    _clone(source_uri, target_uri, version=version, tag=tag, branch=branch,
+           storage_options=storage_options)
+    return open_table(target_uri, storage_options=storage_options, write_options=write_options)
+
+
+def drop_table(uri: str, *, storage_options: StorageOptions | None = None) -> None:
+    """Delete the table at ``uri`` (every object) and release its holds on the tables
+    it was cloned from.  Idempotent."""
+    from caslake.ops.clone import drop_table as _drop
+
+    _drop(uri, storage_options=storage_options)
+
+
+def open_table(uri: str, *, storage_options: StorageOptions | None = None,
+               write_options: WriteOptions | None = None) -> Table:
+    """Open an existing table at its latest version.  Raises TableNotFound."""
+    return Table.open(uri, storage_options=storage_options, write_options=write_options)
+
+
+__all__ = ["CommitResult", "HistoryEntry", "Table", "clone", "create_table", "drop_table",
+           "open_table"]

@@ -1,1 +1,0 @@
-"""The table: commit loop, append, scan planning and execution, history."""
