@@ -327,7 +327,7 @@ def test_a_second_create_of_a_ref_in_the_same_millisecond_is_refused(
     ambiguously (the reply lost) may settle by reading the record back.  (It used
     to compare bytes after any AlreadyExists, so a second create_tag within one
     millisecond 'succeeded'; the refs model test failed about 1 run in 10.)"""
-    from caslake.table import refs as refs_module
+    from caslake.ops import refs as refs_module
 
     io = table.context.io
     frozen = lambda: 1_700_000_000_000  # noqa: E731  one millisecond for both creates
