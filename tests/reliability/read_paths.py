@@ -24,8 +24,6 @@ asserts equality (naming the path and the version), and counts the read in a
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -101,24 +99,11 @@ def check_scan(table: Any, version: int, exp: Expected, reads: Counter[str]) -> 
 
 
 def shared_spark() -> Any:
-    """The process's local SparkSession, configured as tests/spark/conftest.py does
-    (``getOrCreate``: the Spark tests later get this same session, one JVM)."""
-    from pyspark.sql import SparkSession
+    """The process's local SparkSession (``tests.spark.helpers.local_spark``: the
+    Spark tests later get this same session, one JVM)."""
+    from tests.spark.helpers import local_spark
 
-    import caslake.spark
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("caslake-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.memory", "512m")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    caslake.spark.register(session)
-    return session
+    return local_spark()
 
 
 def spark_rows(rows: Sequence[Any], names: Sequence[str], df_names: Sequence[str]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import types
 from collections.abc import Iterator
@@ -12,8 +11,6 @@ import pytest
 pyspark = pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession  # noqa: E402
-
-import caslake.spark  # noqa: E402
 
 
 def _shim_pandas_on_spark() -> None:
@@ -37,16 +34,8 @@ _shim_pandas_on_spark()
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("caslake-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.memory", "512m")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    caslake.spark.register(session)
+    from tests.spark.helpers import local_spark
+
+    session = local_spark()
     yield session
     session.stop()

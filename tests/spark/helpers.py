@@ -3,17 +3,38 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import sys
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 import caslake
+import caslake.spark
 from caslake.format.keys import DATA_PREFIX
 from caslake.store import open_store
 
 SCHEMA = pa.schema([("id", pa.int64()), ("user", pa.string()),
                     ("ts", pa.timestamp("us", tz="UTC")), ("score", pa.float64())])
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+
+
+def local_spark() -> SparkSession:
+    """The process's local SparkSession for tests (``getOrCreate``: one JVM, shared by
+    the Spark tests and the model test), with caslake registered.  Its Python
+    workers run this interpreter."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[2]").appName("caslake-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "512m")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.python.worker.reuse", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    caslake.spark.register(session)
+    return session
 
 
 def rows(lo: int, hi: int) -> pa.Table:
