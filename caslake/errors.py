@@ -383,11 +383,11 @@ class NotFound(StoreError):
 
 
 class AlreadyExists(StoreError):
-    """A create-only put found the object already there (HTTP 412 on If-None-Match)."""
+    """A create-only put found the object already there (HTTP 412)."""
 
 
 class PreconditionFailed(StoreError):
-    """An If-Match precondition did not hold: the object changed (HTTP 412/409)."""
+    """A compare-and-swap precondition did not hold: the object changed (HTTP 412/409)."""
 
 
 class TransientStoreError(StoreError):
@@ -395,7 +395,7 @@ class TransientStoreError(StoreError):
 
 
 class PutOutcomeUnknown(StoreError):
-    """A compare-and-swap put (If-Match) failed in a way that leaves its outcome
+    """A compare-and-swap put failed in a way that leaves its outcome
     unknown (reply lost, timeout, reset, 5xx): it may have applied, or may still
     apply.  It is never retried blindly: the caller settles it by reading the
     object back (the commit loop looks for its commit id in the pointer)."""

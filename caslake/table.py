@@ -16,6 +16,7 @@ imports it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -40,16 +41,16 @@ from caslake.core import (
     as_reader,
     check_txn,
     complete_summary,
+    create_record,
     live_file_list,
     noop_result,
+    put_new,
     run_operation,
     txn_applied,
     write_prepare,
     write_requirements,
 )
 from caslake.errors import (
-    AlreadyExists,
-    CommitOutcomeUnknown,
     InvalidArgument,
     RefNotFound,
     StoreError,
@@ -68,7 +69,7 @@ from caslake.ops.schema import SchemaUpdate, align_input, with_schema
 from caslake.ops.transaction import Transaction
 from caslake.ops.write import write_data_files
 from caslake.store import open_store
-from caslake.store.base import ObjectStore, PutMode
+from caslake.store.base import ObjectStore
 from caslake.store.options import StorageOptions
 
 if TYPE_CHECKING:
@@ -562,24 +563,15 @@ def _create(store: ObjectStore, schema: pa.Schema, properties: dict[str, str] | 
                         schema=table_schema, properties=dict(properties or {}),
                         summary=complete_summary({}))
     key = manifest_key(0, token)
-    store.put(key, manifest.to_bytes(), mode=PutMode.CREATE)
+    put_new(store, key, manifest.to_bytes())
     pointer = Pointer(manifest.table_id, 0, key, commit_id)
-    try:
-        store.put(pointer_key, pointer.to_bytes(), mode=PutMode.CREATE)
-    except (AlreadyExists, StoreError) as err:
-        # Settle by reading back: only our commit id means we created it.
-        try:
-            current, _ = MetadataIO(store, pointer_key=pointer_key).read_pointer()
-        except TableNotFound:
-            raise err from None
-        except StoreError as unreadable:
-            raise CommitOutcomeUnknown(f"creating the table at {store.uri}: the pointer "
-                                       f"write failed ({err}) and could not be read back "
-                                       f"({unreadable})", commit_id=commit_id, version=0
-                                       ) from err
-        if current.commit_id != commit_id:
+    # The pointer bytes carry our commit id: equal bytes read back mean ours.
+    if not create_record(store, pointer_key, pointer.to_bytes(),
+                         what=f"the table pointer at {store.uri}", commit_id=commit_id,
+                         version=0):
+        with contextlib.suppress(StoreError):
             store.delete(key)  # the slot is provably someone else's: our manifest is an orphan
-            raise TableAlreadyExists(f"a table already exists at {store.uri}") from None
+        raise TableAlreadyExists(f"a table already exists at {store.uri}")
     return Snapshot(manifest, key)
 
 

@@ -319,3 +319,45 @@ def test_the_core_rules_catch_a_wrong_import(tmp_path: Path, source: str, text: 
     assert edges, "the import was not seen"
     assert bool(core_imports_above(edges)) == (rule == "core")
     assert bool(past_the_core_door(edges)) == (rule == "door")
+
+
+# --- conditional writes: one module ----------------------------------------------------
+
+# A create-only or compare-and-swap put, however it is spelled: the store's put modes,
+# the HTTP headers, boto3's parameters, obstore's mode strings.
+_CONDITIONAL = re.compile(r"If-?None-?Match|If-?Match|PutMode\.CREATE|"
+                          r"""mode\s*=\s*["'](?:create|update)["']""", re.IGNORECASE)
+# The store layer implements the conditions; the pointer module is the one caller.
+_CONDITIONAL_ALLOWED = ("caslake/store/", "caslake/core/pointer.py")
+
+
+def conditional_writes(path: str, text: str) -> list[str]:
+    """``path:line: text`` of each line of ``text`` that names a conditional put,
+    unless ``path`` is allowed to."""
+    if path.startswith(_CONDITIONAL_ALLOWED):
+        return []
+    return [f"{path}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1)
+            if _CONDITIONAL.search(line)]
+
+
+def test_conditional_writes_go_through_core_pointer() -> None:
+    bad = [hit for p in sorted(ROOT.rglob("*.py"))
+           for hit in conditional_writes(p.relative_to(ROOT.parent).as_posix(), p.read_text())]
+    assert not bad, ("a conditional put outside caslake/store/ and caslake/core/pointer.py "
+                     "(use put_new, create_record or swap_record):\n" + "\n".join(bad))
+
+
+@pytest.mark.parametrize(("path", "line", "flagged"), [
+    ("caslake/ops/refs.py", "io.store.put(key, data, mode=IfMatch(etag))", True),
+    ("caslake/ops/write.py", "store.put_file(key, p, mode=PutMode.CREATE)", True),
+    ("caslake/dataset/store.py", "# swap it with If-Match on the noted ETag", True),
+    ("caslake/export/result.py", "client.put_object(Key=k, Body=b, IfNoneMatch='*')", True),
+    ("caslake/core/commit.py", 'obstore.put(s, k, b, mode="create")', True),
+    ("caslake/core/commit.py", "put_new(store, key, manifest.to_bytes())", False),
+    ("caslake/export/result.py", "self.store.put(key, data, mode=PutMode.OVERWRITE)", False),
+    ("caslake/core/pointer.py", "store.put(key, data, mode=IfMatch(etag))", False),
+    ("caslake/store/s3.py", "kwargs['IfNoneMatch'] = '*'", False),
+])
+def test_the_conditional_write_check_catches_a_stray_put(path: str, line: str,
+                                                         flagged: bool) -> None:
+    assert bool(conditional_writes(path, line)) == flagged

@@ -1,7 +1,9 @@
 """The commit core and the read path: the one import point for the layers above.
 
 Owns the table's metadata IO and time travel (``metadata_io``, ``segments``,
-``history``), the commit loop and its policy (``commit``), the typed changes a
+``history``), every conditional write -- create-only objects and records, the
+swaps of mutable records and how an unclear outcome is settled (``pointer``) --,
+the commit loop (``commit``), the typed changes a
 commit applies (``changes``) and the requirements it validates against its base
 (``requirements``), what conflicts with what (``conflicts``), the operation runner
 every write goes through (``runner``), the caches and pools (``cache``,
@@ -21,7 +23,7 @@ modules (``tests/test_architecture.py``).
 from caslake.core.arrow_input import as_reader
 from caslake.core.changes import Changes, Requirement, check_txn, txn_applied, write_prepare
 from caslake.core.coerce import SchemaConformer
-from caslake.core.commit import CommitPolicy, find_commit, settle
+from caslake.core.commit import find_commit
 from caslake.core.conflicts import (
     Condition,
     KeyCondition,
@@ -33,6 +35,18 @@ from caslake.core.conflicts import (
 from caslake.core.footers import FooterCache, read_footer
 from caslake.core.history import COMPACT, HistoryEntry, complete_summary
 from caslake.core.metadata_io import MetadataIO, Snapshot
+from caslake.core.pointer import (
+    CommitPolicy,
+    Swap,
+    SwapResult,
+    backoff,
+    create_record,
+    put_new,
+    put_new_file,
+    record_holds,
+    settle,
+    swap_record,
+)
 from caslake.core.pools import shared_pool, shutdown_all, threads
 from caslake.core.read.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.core.read.interop import ArrowExport, live_file_list
@@ -81,15 +95,19 @@ __all__ = [
     "SchemaUnchanged",
     "Snapshot",
     "SnapshotSubset",
+    "Swap",
+    "SwapResult",
     "TableContext",
     "TombstoneCache",
     "UploadsNotCollected",
     "WriteOptions",
     "adopt_ref_move",
     "as_reader",
+    "backoff",
     "changed_since",
     "check_txn",
     "complete_summary",
+    "create_record",
     "external_uris",
     "find_commit",
     "key_at",
@@ -97,7 +115,10 @@ __all__ = [
     "live_file_list",
     "load_masks",
     "noop_result",
+    "put_new",
+    "put_new_file",
     "read_footer",
+    "record_holds",
     "resolve",
     "route",
     "run_operation",
@@ -105,6 +126,7 @@ __all__ = [
     "shared_pool",
     "shutdown_all",
     "summary_matcher",
+    "swap_record",
     "threads",
     "touched_since",
     "txn_applied",

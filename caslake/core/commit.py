@@ -11,7 +11,8 @@ Steps (docs/protocol.md, "Commit"):
    :mod:`caslake.core.requirements`), then build the next manifest
    (``prepare`` may re-plan);
 4. write the manifest create-only under a fresh key;
-5. CAS the pointer with ``If-Match``;
+5. swap the pointer, conditional on the ETag it was read with
+   (:func:`caslake.core.pointer.swap_record`);
 6. on 412/409, or on any error whose outcome is unknown, *settle*: read the
    pointer back and look for our commit id.  Never guess from the error.  If
    we lost, rebase and retry with capped, jittered backoff; after
@@ -33,7 +34,6 @@ references is ever deleted.
 from __future__ import annotations
 
 import contextlib
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,13 +42,12 @@ from typing import TypeVar
 
 from caslake.core.changes import Changes, Requirement, apply_changes
 from caslake.core.metadata_io import MetadataIO, Snapshot
+from caslake.core.pointer import CommitPolicy, backoff, put_new, settle, swap_record
 from caslake.core.segments import write_segment
 from caslake.errors import (
     CommitConflict,
     CommitOutcomeUnknown,
-    CorruptMetadata,
     NotFound,
-    PreconditionFailed,
     RetryBudgetExhausted,
     StoreError,
     TableNotFound,
@@ -56,17 +55,8 @@ from caslake.errors import (
 )
 from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile, Pointer, SegmentRef
-from caslake.store.base import IfMatch, PutMode
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class CommitPolicy:
-    max_attempts: int = 50
-    base_backoff_s: float = 0.005
-    max_backoff_s: float = 0.5
-    settle_attempts: int = 6
 
 
 @dataclass(frozen=True)
@@ -84,11 +74,6 @@ class CommitOutcome:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _backoff(policy: CommitPolicy, attempt: int) -> None:
-    cap = min(policy.max_backoff_s, policy.base_backoff_s * (2 ** min(attempt, 20)))
-    time.sleep(random.uniform(0, cap))
 
 
 def landed(io: MetadataIO, commit_id: str, version: int,
@@ -126,23 +111,6 @@ def find_commit(io: MetadataIO, commit_id: str, *, after: int,
     if aimed is not None and head.version >= aimed:
         return False
     return None
-
-
-def settle(check: Callable[[], T], *, commit_id: str, version: int | None,
-           policy: CommitPolicy = CommitPolicy()) -> T:
-    """Run ``check`` (:func:`landed` or :func:`find_commit`), retrying while the
-    pointer cannot be read; after ``policy.settle_attempts`` failures raise
-    :class:`CommitOutcomeUnknown`.  Never guesses from an error."""
-    last: Exception | None = None
-    for attempt in range(policy.settle_attempts):
-        try:
-            return check()
-        except (StoreError, CorruptMetadata) as e:
-            last = e
-            _backoff(policy, attempt + 3)
-    at = f"version {version}" if version is not None else "the commit"
-    raise CommitOutcomeUnknown(f"could not read the pointer back to settle {at} ({last})",
-                               commit_id=commit_id, version=version)
 
 
 def _settle(io: MetadataIO, commit_id: str, version: int, policy: CommitPolicy,
@@ -239,7 +207,7 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
                     return CommitOutcome(mine, commit_id, attempt)
                 return CommitOutcome(done.snapshot, commit_id, attempt, noop=True)
             return done
-        _backoff(policy, attempt)
+        backoff(policy, attempt)
     if unsettled:
         mine = _settle_open(io, key, commit_id, unsettled, policy, None)
         if mine is not None:
@@ -290,21 +258,20 @@ def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | N
         if ref.manifest not in kept:
             with contextlib.suppress(StoreError):
                 store.delete(ref.manifest)
-    store.put(manifest_key, manifest.to_bytes(), mode=PutMode.CREATE)
+    put_new(store, manifest_key, manifest.to_bytes())
     if on_attempt:
         on_attempt("manifest-written", attempt)
     # The table's format version is its pointer's: carried forward, never lowered.
     new_pointer = Pointer(manifest.table_id, manifest.version, manifest_key, commit_id,
                           format_version=max(pointer.format_version, manifest.format_version))
     try:
-        store.put(key, new_pointer.to_bytes(), mode=IfMatch(etag))
-        won: bool | None = True
+        swapped = swap_record(store, key, new_pointer.to_bytes(), etag)
     except NotFound:
         raise TableNotFound(f"the table at {store.uri} was deleted during the commit"
                             ) from None
-    except (PreconditionFailed, StoreError):
-        # 412/409, or an error after which the write may or may not have applied.
-        won = _settle(io, commit_id, manifest.version, policy, key)
+    # LOST (412/409) is settled too: an unclear try of the store's own may have landed.
+    won: bool | None = True if swapped else _settle(io, commit_id, manifest.version, policy,
+                                                     key)
     if won:
         io.remember(manifest_key, manifest)
         return CommitOutcome(Snapshot(manifest, manifest_key), commit_id, attempt)

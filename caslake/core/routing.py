@@ -79,7 +79,7 @@ class RoutingStore(ObjectStore):
     def put(self, key: str, data: bytes, *, mode: Mode = PutMode.OVERWRITE) -> str:
         return self.own.put(self._own_only(key), data, mode=mode)
 
-    def put_file(self, key: str, path: str, *, mode: Mode = PutMode.CREATE) -> str:
+    def put_file(self, key: str, path: str, *, mode: Mode) -> str:
         return self.own.put_file(self._own_only(key), path, mode=mode)
 
     def list(self, prefix: str = "") -> Iterator[ObjectMeta]:

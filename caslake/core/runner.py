@@ -23,10 +23,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from caslake.core.changes import Changes, Requirement
-from caslake.core.commit import CommitPolicy, commit_with_retry
+from caslake.core.commit import commit_with_retry
 from caslake.core.footers import FooterCache
 from caslake.core.history import commit_counts
 from caslake.core.metadata_io import MetadataIO, Snapshot
+from caslake.core.pointer import CommitPolicy
 from caslake.core.read.deletion_mask import TombstoneCache
 from caslake.core.requirements import UploadsNotCollected
 from caslake.core.write_options import WriteOptions

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 
 from caslake.core.cache import LruCache
+from caslake.core.pointer import put_new
 from caslake.core.pools import fetch_all
 from caslake.errors import CorruptMetadata, NotFound
 from caslake.format.keys import new_token, segment_key
@@ -41,7 +42,7 @@ from caslake.format.segment import (
     check_summary,
     encode_segment,
 )
-from caslake.store.base import ObjectStore, PutMode
+from caslake.store.base import ObjectStore
 
 # Decide from a summary whether any entry under it might hold a wanted row:
 # (stats, row count, where it comes from) -> bool.
@@ -133,7 +134,7 @@ def write_segment(store: ObjectStore, files: Sequence[DataFile], schema: TableSc
     """Write ``files`` as a new segment object (create-only) and return its reference."""
     data, summary = encode_segment(files, schema)
     key = segment_key(version, new_token())
-    store.put(key, data, mode=PutMode.CREATE)
+    put_new(store, key, data)
     CACHE.put((store.uri, key), SegmentFile(data, key))
     return SegmentRef(key, version, summary.files, summary.rows, summary.bytes,
                       stats=summary.stats, size=len(data), crc32=zlib.crc32(data))

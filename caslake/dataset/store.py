@@ -8,7 +8,8 @@ Owns the write protocol of a dataset and the public API.  A write:
 2. uploads its parts create-only under a fresh generation directory
    ``{key}/_gen-<hex>/`` (:mod:`caslake.dataset.write`);
 3. commits by one conditional PUT of the top-level ``manifest.json``:
-   create-only if there was none, ``If-Match`` on the noted ETag otherwise.
+   create-only if there was none, a swap conditional on the noted ETag
+   otherwise (both through :mod:`caslake.core.pointer`).
    A lost race is :class:`DatasetAlreadyExists` (no overwrite) or
    :class:`DatasetConflict`; an unclear reply is settled by reading the
    manifest back and comparing bytes;
@@ -28,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
+from caslake.core import Swap, create_record, put_new, record_holds, swap_record
 from caslake.dataset.manifest import (
     COMMITTED,
     MANIFEST,
@@ -47,7 +49,6 @@ from caslake.dataset.read import (
 from caslake.dataset.vacuum import VacuumReport, vacuum_datasets
 from caslake.dataset.write import MiB, PartLayout, batch_stream, write_parts
 from caslake.errors import (
-    AlreadyExists,
     CommitOutcomeUnknown,
     DatasetAlreadyExists,
     DatasetConflict,
@@ -55,12 +56,11 @@ from caslake.errors import (
     DatasetNotFound,
     InvalidArgument,
     NotFound,
-    PreconditionFailed,
     StoreError,
 )
 from caslake.expr import BoundExpr, Expr
 from caslake.store import open_store
-from caslake.store.base import IfMatch, Mode, ObjectStore, PutMode
+from caslake.store.base import ObjectStore, PutMode
 from caslake.store.keys import check_key
 from caslake.store.options import StorageOptions
 
@@ -231,7 +231,6 @@ class ParquetDatasetStore:
                 overwrite: bool, generation: str, uploaded: list[str]) -> None:
         mkey = f"{key}/{MANIFEST}"
         body = manifest.to_json().encode("utf-8")
-        mode: Mode = PutMode.CREATE if expected is None else IfMatch(expected)
 
         def lost(reason: str) -> Exception:
             self._remove(uploaded)  # the commit provably did not land: our parts can go
@@ -241,45 +240,12 @@ class ParquetDatasetStore:
                                    help="write the dataset again (overwrite=True replaces "
                                         "the new one)")
 
-        for attempt in range(1, COMMIT_ATTEMPTS + 1):
-            try:
-                self._store.put(mkey, body, mode=mode)
-                break
-            except AlreadyExists:
-                if self._landed(mkey, body):
-                    break
-                raise lost("another writer created it first") from None
-            except PreconditionFailed:
-                if self._landed(mkey, body):
-                    break
-                raise lost("another writer replaced it after this write started") from None
-            except NotFound:
-                raise lost("it was deleted while this write ran") from None
-            except StoreError as exc:
-                # Unclear: the PUT may have applied.  Settle by reading back.
-                try:
-                    current = self._store.get(mkey)
-                except NotFound:
-                    current = None
-                except StoreError:
-                    if attempt == COMMIT_ATTEMPTS:
-                        raise CommitOutcomeUnknown(
-                            f"dataset {key!r}: the manifest write failed ({exc}) and could "
-                            "not be read back; read the dataset before writing again",
-                            commit_id=generation) from exc
-                    continue
-                if current is not None and current.data == body:
-                    break
-                now = None if current is None else current.etag
-                if now != expected:
-                    # Our conditional PUT can no longer apply: provably lost.
-                    raise lost("another writer moved it while this write ran") from exc
-                if attempt == COMMIT_ATTEMPTS:
-                    # A delayed copy of our PUT may still apply: keep the parts.
-                    raise CommitOutcomeUnknown(
-                        f"dataset {key!r}: the manifest write kept failing ({exc}) and may "
-                        "still apply; read the dataset before writing again",
-                        commit_id=generation) from exc
+        if expected is None:
+            if not create_record(self._store, mkey, body, what=f"dataset {key!r}",
+                                 attempts=COMMIT_ATTEMPTS, commit_id=generation):
+                raise lost("another writer created it first")
+        else:
+            self._swap_manifest(key, mkey, body, expected, generation, lost)
         # Committed.  The marker makes it readable for RFC readers; re-sending an
         # empty object is idempotent.
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
@@ -293,14 +259,45 @@ class ParquetDatasetStore:
                         f"not be written ({exc}); write it again with overwrite=True",
                         dataset_key=key) from exc
         with contextlib.suppress(StoreError):  # only helps vacuum date the switch
-            self._store.put(f"{key}/{generation}/{COMMITTED}", b"", mode=PutMode.CREATE)
+            put_new(self._store, f"{key}/{generation}/{COMMITTED}", b"")
 
-    def _landed(self, mkey: str, body: bytes) -> bool:
-        """Is the manifest now exactly ours (a reply lost after the PUT applied)?"""
-        try:
-            return self._store.get(mkey).data == body
-        except StoreError:
-            return False
+    def _swap_manifest(self, key: str, mkey: str, body: bytes, expected: str,
+                       generation: str, lost: Callable[[str], Exception]) -> None:
+        """Swap ``manifest.json`` from ``expected`` to ``body``; raise ``lost(...)``
+        when provably lost, CommitOutcomeUnknown when it may still apply."""
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                done = swap_record(self._store, mkey, body, expected)
+            except NotFound:
+                raise lost("it was deleted while this write ran") from None
+            if done:
+                return
+            if done.outcome is Swap.LOST:
+                if record_holds(self._store, mkey, body):
+                    return  # an unclear try of the store's own landed
+                raise lost("another writer replaced it after this write started"
+                           ) from done.error
+            # Unclear: the PUT may have applied.  Settle by reading back.
+            try:
+                current = self._store.get(mkey)
+            except NotFound:
+                current = None
+            except StoreError:
+                if attempt == COMMIT_ATTEMPTS:
+                    raise CommitOutcomeUnknown(
+                        f"dataset {key!r}: the manifest write failed ({done.error}) and "
+                        "could not be read back; read the dataset before writing again",
+                        commit_id=generation) from done.error
+                continue
+            if current is not None and current.data == body:
+                return
+            if current is None or current.etag != expected:
+                # Our conditional PUT can no longer apply: provably lost.
+                raise lost("another writer moved it while this write ran") from done.error
+        # A delayed copy of our PUT may still apply: keep the parts.
+        raise CommitOutcomeUnknown(
+            f"dataset {key!r}: the manifest write kept failing and may still apply; read "
+            "the dataset before writing again", commit_id=generation)
 
     # --- reads --------------------------------------------------------------------
 

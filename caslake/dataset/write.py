@@ -27,9 +27,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from caslake.core import put_new_file
 from caslake.errors import InvalidArgument, SchemaMismatch
 from caslake.ops.write import split_batches
-from caslake.store.base import ObjectStore, PutMode
+from caslake.store.base import ObjectStore
 
 MiB = 1024 * 1024
 #: Arrow bytes of pending rows that close a row group when ``row_group_size`` is not set.
@@ -149,7 +150,7 @@ def write_parts(store: ObjectStore, dataset_key: str, generation: str, schema: p
         rel = f"{generation}/{name}"
         key = f"{dataset_key}/{rel}"
         try:
-            store.put_file(key, builder.path, mode=PutMode.CREATE)
+            put_new_file(store, key, builder.path)
             uploaded.append(key)
         finally:
             builder.discard()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from caslake.core import create_record, put_new, record_holds
 from caslake.errors import (
     AlreadyExists,
     CommitOutcomeUnknown,
@@ -55,12 +56,16 @@ class Writer:
         self.bytes = 0
 
     def put(self, key: str, data: bytes, *, overwrite: bool = False) -> str:
+        self._check(key)
+        etag = (self.store.put(key, data, mode=PutMode.OVERWRITE) if overwrite
+                else put_new(self.store, key, data))
+        self._count(data)
+        return etag
+
+    @staticmethod
+    def _check(key: str) -> None:
         if key == POINTER_KEY or key.startswith(_CASLAKE_KEYS):
             raise InvalidArgument(f"an export may not write caslake's own key {key!r}")
-        etag = self.store.put(key, data, mode=PutMode.OVERWRITE if overwrite else PutMode.CREATE)
-        self.objects += 1
-        self.bytes += len(data)
-        return etag
 
     def publish(self, key: str, data: bytes, *, overwrite: bool = False,
                 commit_id: str = "") -> None:
@@ -70,20 +75,24 @@ class Writer:
         late copy of an earlier try changes nothing).  Raises AlreadyExists when a
         create-only ``key`` holds another exporter's object, CommitOutcomeUnknown
         when it stays unclear."""
+        if not overwrite:
+            self._check(key)
+            if create_record(self.store, key, data, what=f"the export's {key!r}",
+                             attempts=PUBLISH_ATTEMPTS, commit_id=commit_id):
+                self._count(data)
+            elif not record_holds(self.store, key, data):  # equal: this export, published
+                raise AlreadyExists(f"the export's {key!r} holds another exporter's object",
+                                    key=key)
+            return
         for attempt in range(1, PUBLISH_ATTEMPTS + 1):
             try:
-                self.put(key, data, overwrite=overwrite)
+                self.put(key, data, overwrite=True)
                 return
-            except AlreadyExists:
-                if self._holds(key, data):  # an earlier try of ours landed
-                    return
-                raise
             except (NotFound, PreconditionFailed):
                 raise
             except StoreError as exc:
-                if self._holds(key, data):
-                    self.objects += 1
-                    self.bytes += len(data)
+                if record_holds(self.store, key, data):
+                    self._count(data)
                     return
                 if attempt == PUBLISH_ATTEMPTS:
                     raise CommitOutcomeUnknown(
@@ -91,11 +100,9 @@ class Writer:
                         "copy may still land; export again (a no-op once it has)",
                         commit_id=commit_id) from exc
 
-    def _holds(self, key: str, data: bytes) -> bool:
-        try:
-            return self.store.get(key).data == data
-        except StoreError:
-            return False
+    def _count(self, data: bytes) -> None:
+        self.objects += 1
+        self.bytes += len(data)
 
     def result(self, fmt: str, version: int, location: str, *, reused: int = 0,
                written: int = 0) -> ExportResult:

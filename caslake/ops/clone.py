@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Iterable, Mapping
 
-from caslake.core import MetadataIO, RoutingStore, Snapshot, external_uris, route
+from caslake.core import MetadataIO, RoutingStore, Snapshot, create_record, external_uris, route
 from caslake.errors import (
     InvalidArgument,
     NotFound,
@@ -124,7 +124,7 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
         format_version=REFS_FORMAT_VERSION, external=external)
     key = manifest_key(0, new_token())
     target_io = MetadataIO(target)
-    refs.create_object(target_io, key, manifest.to_bytes(), what="clone manifest")
+    create_record(target_io.store, key, manifest.to_bytes(), what="clone manifest")
     # 2. Holds, create-only, under each owner: from here on no owner's gc deletes
     #    what the clone references.
     for alias, (uri, table_id, target_ref) in owners.items():
@@ -132,10 +132,10 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
         refs.ensure_format(owner_io)
         hold = Hold(clone_id, target.uri, table_id, target_ref,
                     branch if alias == "s0" and tag is None else MAIN, now)
-        refs.create_object(owner_io, hold.key, hold.to_bytes(), what=f"hold on {uri}")
+        create_record(owner_io.store, hold.key, hold.to_bytes(), what=f"hold on {uri}")
     # 3. The pointer: the clone exists.
     pointer = Pointer(clone_id, 0, key, commit_id, format_version=REFS_FORMAT_VERSION)
-    if not refs.create_object(target_io, POINTER_KEY, pointer.to_bytes(),
+    if not create_record(target_io.store, POINTER_KEY, pointer.to_bytes(),
                               what="clone pointer"):
         _release(external, storage_options, clone_id)
         raise TableAlreadyExists(f"a table already exists at {target.uri}")

@@ -42,6 +42,7 @@ from caslake.core import (
     SnapshotSubset,
     TombstoneCache,
     key_scan_where,
+    put_new,
 )
 from caslake.errors import InvalidArgument
 from caslake.expr import (
@@ -57,7 +58,6 @@ from caslake.format.keys import tombstone_key
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.stats import value_to_json
 from caslake.format.tombstone import FileDeletes, KeyRange, Tombstone
-from caslake.store.base import PutMode
 
 # A range predicate is recorded as a key range instead of positions once the
 # position bitmap for a file would be larger than this.
@@ -239,7 +239,7 @@ def write_delete(io: MetadataIO, plan: DeletePlan, *, commit_id: str,
     if draft.tombstone is not None:
         data = draft.tombstone.to_bytes()
         key = tombstone_key()
-        etag = io.store.put(key, data, mode=PutMode.CREATE)
+        etag = put_new(io.store, key, data)
         refs = (TombstoneRef(key, len(data), etag, draft.deleted_per_file),)
     return refs, tuple(draft.dropped), draft.new_rows
 

@@ -66,6 +66,7 @@ from caslake.core import (
     TableContext,
     load_masks,
     noop_result,
+    put_new,
     run_operation,
 )
 from caslake.errors import (
@@ -92,7 +93,7 @@ from caslake.format.tombstone import FileDeletes, Tombstone
 from caslake.ops import refs
 from caslake.ops.delete import check_where, matching_positions
 from caslake.ops.gc import GcReport, RootsProvider, collect_garbage
-from caslake.store.base import ComposePart, CopyFrom, ObjectStore, PutMode, normalize_etag
+from caslake.store.base import ComposePart, CopyFrom, ObjectStore, normalize_etag
 from caslake.store.ranges import DEFAULT_MAX_REQUEST, plan_ranges
 
 PURGE = "purge"
@@ -455,7 +456,7 @@ def _write(store: ObjectStore, fp: _FilePlan, key: str, spliced: sp.SplicedFile
             pass  # an endpoint without UploadPartCopy: upload the whole object
     ranges = [(p.start, p.end) for p in spliced.pieces if isinstance(p, sp.SourceRange)]
     source = dict(zip(ranges, _pinned_ranges(store, fp, ranges), strict=True))
-    etag = store.put(key, sp.assemble(spliced.pieces, source), mode=PutMode.CREATE)
+    etag = put_new(store, key, sp.assemble(spliced.pieces, source))
     return REWRITE, etag, 0
 
 
@@ -672,7 +673,7 @@ def _commit(ctx: TableContext, plan: _Plan, built: list[_Built], fingerprint: st
         tomb = Tombstone(plan.base.manifest.table_id, "purge", tuple(entries))
         data = tomb.to_bytes()
         tkey = tombstone_key()
-        etag = store.put(tkey, data, mode=PutMode.CREATE)
+        etag = put_new(store, tkey, data)
         refs = (TombstoneRef(tkey, len(data), etag, counts),)
     # A commit since the plan that removed a purged file or added a tombstone naming
     # it (or a file whose entry is re-recorded) would be lost: plan again instead.

@@ -19,15 +19,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from caslake.core import Changes, MetadataIO, Snapshot
+from caslake.core import Changes, MetadataIO, Snapshot, create_record, swap_record
 from caslake.errors import (
-    AlreadyExists,
     BranchDiverged,
     CommitConflict,
-    CommitOutcomeUnknown,
     InvalidArgument,
     NotFound,
-    PreconditionFailed,
     RefAlreadyExists,
     RefInUse,
     RefNotFound,
@@ -52,10 +49,9 @@ from caslake.format.refs import (
     tag_key,
     validate_ref_name,
 )
-from caslake.store.base import IfMatch, PutMode
 
 _MOVE_ATTEMPTS = 20
-_CREATE_ATTEMPTS = 4
+_DELETE_ATTEMPTS = 4
 
 
 def _now_ms() -> int:
@@ -84,43 +80,14 @@ class RefInfo:
         return out
 
 
-def create_object(io: MetadataIO, key: str, data: bytes, *, what: str) -> bool:
-    """Create ``key`` with ``data`` create-only: True if we created it, False if
-    another object is there.  A failure whose outcome is unknown is settled by
-    reading the key back (equal bytes: ours, as ref records carry their creation
-    time); a clean AlreadyExists before any such failure is never ours.  Raises
-    CommitOutcomeUnknown if that cannot be settled."""
-    last: Exception | None = None
-    for _ in range(_CREATE_ATTEMPTS):
-        try:
-            io.store.put(key, data, mode=PutMode.CREATE)
-            return True
-        except AlreadyExists:
-            # A clean refusal is someone else's record, however alike: the same tag
-            # on the same version created in the same millisecond has our bytes.
-            # Only after an ambiguous attempt of ours may the record be ours.
-            if last is None:
-                return False
-        except StoreError as e:  # the create may or may not have applied
-            last = e
-        try:
-            return io.store.get(key).data == data
-        except NotFound:
-            continue  # it did not apply: create again (a late landing is ours too)
-        except StoreError as e:
-            last = e
-    raise CommitOutcomeUnknown(f"could not settle the creation of {what} ({last})",
-                               commit_id=key)
-
-
 def delete_object(io: MetadataIO, key: str) -> None:
     """Delete ``key``; a missing key is success, so a failure is simply retried."""
-    for attempt in range(_CREATE_ATTEMPTS):
+    for attempt in range(_DELETE_ATTEMPTS):
         try:
             io.store.delete(key)
             return
         except StoreError:
-            if attempt == _CREATE_ATTEMPTS - 1:
+            if attempt == _DELETE_ATTEMPTS - 1:
                 raise
 
 
@@ -234,12 +201,11 @@ def ensure_format(io: MetadataIO, version: int = REFS_FORMAT_VERSION) -> None:
         pointer, etag = io.read_pointer(POINTER_KEY)
         if pointer.format_version >= version:
             return
-        try:
-            io.store.put(POINTER_KEY, replace(pointer, format_version=version).to_bytes(),
-                         mode=IfMatch(etag))
-            return
-        except (PreconditionFailed, StoreError):
-            continue  # moved (or unknown): read it again; the rewrite is idempotent
+        with contextlib.suppress(NotFound):  # gone: the next read says TableNotFound
+            if swap_record(io.store, POINTER_KEY,
+                           replace(pointer, format_version=version).to_bytes(), etag):
+                return
+        # moved (or unknown): read it again; the rewrite is idempotent
     raise CommitConflict("could not upgrade the table pointer to format version "
                          f"{version}: other writers kept moving it",
                          help="retry later")
@@ -254,7 +220,7 @@ def create_tag(io: MetadataIO, name: str, snap: Snapshot, *, branch: str,
     validate_ref_name(name, kind="tag")
     ensure_format(io)
     tag = Tag(name, snap.manifest.table_id, _target_of(snap), branch, now_ms())
-    if not create_object(io, tag_key(name), tag.to_bytes(), what=f"tag {name!r}"):
+    if not create_record(io.store, tag_key(name), tag.to_bytes(), what=f"tag {name!r}"):
         found = read_tag(io, name)
         raise RefAlreadyExists("tag", name, retired=found is not None and found[0].dropped)
     return tag
@@ -270,13 +236,12 @@ def drop_tag(io: MetadataIO, name: str, *, now_ms: Callable[[], int] = _now_ms) 
             raise RefNotFound("tag", name)
         tag, etag = found
         dead = tag.tombstone(now_ms())
-        try:
-            io.store.put(tag_key(name), dead.to_bytes(), mode=IfMatch(etag))
-            return dead
-        except (PreconditionFailed, StoreError):
-            again = read_tag(io, name)
-            if again is not None and again[0].dropped:
-                return again[0]  # ours landed (reply lost), or a concurrent drop did
+        with contextlib.suppress(NotFound):  # gone: the next read says RefNotFound
+            if swap_record(io.store, tag_key(name), dead.to_bytes(), etag):
+                return dead
+        again = read_tag(io, name)
+        if again is not None and again[0].dropped:
+            return again[0]  # ours landed (reply lost), or a concurrent drop did
     raise CommitConflict(f"could not drop tag {name!r}", help="retry")
 
 
@@ -291,7 +256,7 @@ def fork_snapshot(io: MetadataIO, snap: Snapshot, floor: int) -> Snapshot:
         return snap
     m = replace(snap.manifest, oldest_version=min(floor, snap.version))
     key = manifest_key(m.version, new_token())
-    create_object(io, key, m.to_bytes(), what=f"fork manifest {key}")  # a fresh key: ours
+    create_record(io.store, key, m.to_bytes(), what=f"fork manifest {key}")  # a fresh key: ours
     io.remember(key, m)
     return Snapshot(m, key)
 
@@ -310,7 +275,7 @@ def create_branch(io: MetadataIO, name: str, snap: Snapshot, *, floor: int) -> S
     pointer = Pointer(fork.manifest.table_id, fork.version, fork.key,
                       fork.manifest.commit_id,
                       format_version=max(REFS_FORMAT_VERSION, fork.manifest.format_version))
-    if not create_object(io, key, pointer.to_bytes(), what=f"branch {name!r}"):
+    if not create_record(io.store, key, pointer.to_bytes(), what=f"branch {name!r}"):
         if fork.key != snap.key:
             with contextlib.suppress(StoreError):
                 io.store.delete(fork.key)  # our copy: provably referenced by nothing
@@ -398,13 +363,13 @@ def fast_forward(io: MetadataIO, target: str, source: str) -> Snapshot:
         moved = Pointer(t_ptr.table_id, s_ptr.version, s_ptr.manifest, s_ptr.commit_id,
                         format_version=max(t_ptr.format_version, s_ptr.format_version))
         try:
-            io.store.put(branch_key(target), moved.to_bytes(), mode=IfMatch(t_etag))
-            io.remember(s_head.key, s_head.manifest)
-            return s_head
+            swapped = swap_record(io.store, branch_key(target), moved.to_bytes(), t_etag)
         except NotFound:
             raise RefNotFound("branch", target) from None
-        except (PreconditionFailed, StoreError):
-            continue  # re-read: done if ours (or an equal move) landed, else re-check
+        if swapped:
+            io.remember(s_head.key, s_head.manifest)
+            return s_head
+        # re-read: done if ours (or an equal move) landed, else re-check
     raise CommitConflict(f"could not fast-forward {target!r}: other writers kept moving it",
                          help="retry later")
 

@@ -25,7 +25,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from caslake.core import MiB, SchemaConformer, WriteOptions, as_reader, shared_pool, threads
+from caslake.core import (
+    MiB,
+    SchemaConformer,
+    WriteOptions,
+    as_reader,
+    put_new_file,
+    shared_pool,
+    threads,
+)
 from caslake.errors import StoreError
 from caslake.format.keys import data_file_key
 from caslake.format.manifest import DataFile
@@ -39,7 +47,7 @@ from caslake.format.parquet import (
     footer_size_from_trailer,
 )
 from caslake.format.schema import TableSchema
-from caslake.store.base import ObjectStore, PutMode
+from caslake.store.base import ObjectStore
 
 __all__ = ["MiB", "SchemaConformer", "WriteOptions", "as_reader", "write_data_files"]
 
@@ -172,7 +180,7 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
         try:
             size, footer_size, footer_crc, md = done.finish()
             key = data_file_key()
-            etag = store.put_file(key, done.path, mode=PutMode.CREATE)
+            etag = put_new_file(store, key, done.path)
         finally:
             done.discard()
         stats_by_name = file_stats(md, columns)

@@ -257,7 +257,7 @@ class ObjectStore(ABC):
         :meth:`put_file`, or None for the system temp directory."""
         return None
 
-    def put_file(self, key: str, path: str, *, mode: Mode = PutMode.CREATE) -> str:
+    def put_file(self, key: str, path: str, *, mode: Mode) -> str:
         """Upload a finished local file (which the store may consume: callers
         must not reuse ``path`` afterwards).  Same contract as :meth:`put`."""
         with open(path, "rb") as f:

@@ -142,7 +142,7 @@ class FaultyStore(ObjectStore):
         return self._run("put", key,  # type: ignore[return-value]
                          lambda: self.inner.put(key, data, mode=mode))
 
-    def put_file(self, key: str, path: str, *, mode: Mode = PutMode.CREATE) -> str:
+    def put_file(self, key: str, path: str, *, mode: Mode) -> str:
         return self._run("put", key,  # type: ignore[return-value]
                          lambda: self.inner.put_file(key, path, mode=mode))
 

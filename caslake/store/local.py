@@ -517,7 +517,7 @@ class LocalStore(ObjectStore):
                             NOT_WRITTEN) from exc
         return str(tmp_dir)
 
-    def put_file(self, key: str, path: str, *, mode: Mode = PutMode.CREATE) -> str:
+    def put_file(self, key: str, path: str, *, mode: Mode) -> str:
         """Create-only puts of a file built in :meth:`staging_dir` are a link: no copy."""
         src = Path(path)
         if mode is not PutMode.CREATE or src.parent != self.root / TMP_DIR:

@@ -186,7 +186,7 @@ class RetryingStore(ObjectStore):
         return self.retrier.put(key, mode, lambda: self.inner.put(key, data, mode=mode),
                                 lambda: same_bytes(self.inner, key, data))
 
-    def put_file(self, key: str, path: str, *, mode: Mode = PutMode.CREATE) -> str:
+    def put_file(self, key: str, path: str, *, mode: Mode) -> str:
         with open(path, "rb") as f:
             data = f.read()
         return self.put(key, data, mode=mode)

@@ -1,6 +1,6 @@
 """moto's S3 server with conditional writes made atomic: ``python -m caslake.testing.atomic_moto``.
 
-moto checks ``If-Match`` / ``If-None-Match`` and then stores the object as two
+moto checks a conditional PUT's precondition and then stores the object as two
 separate steps with no lock between them, while its server handles requests on
 many threads.  Two conditional PUTs that race can therefore both pass the check
 and both "win" -- which AWS S3, MinIO and R2 never allow, and which is exactly

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from caslake.core import put_new
 from caslake.format.keys import data_file_key
 from caslake.format.manifest import DataFile
 from caslake.format.parquet import file_stats
 from caslake.format.parquet_thrift import footer_length
-from caslake.store.base import PutMode
 
 if TYPE_CHECKING:
     from caslake.table import Table
@@ -35,7 +35,7 @@ def add_parquet_file(table: Table, data: pa.Table, *, row_group_rows: int,
     pq.write_table(data, buf, row_group_size=row_group_rows, **settings)
     raw = buf.getvalue()
     key = data_file_key()
-    etag = table.store.put(key, raw, mode=PutMode.CREATE)
+    etag = put_new(table.store, key, raw)
     md = pq.ParquetFile(io.BytesIO(raw)).metadata
     schema = table.table_schema
     stats = {schema.field(n).id: st for n, st in file_stats(

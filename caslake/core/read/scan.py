@@ -6,7 +6,7 @@ Planning prunes at three levels:
 2. row groups, by footer statistics (one exact-size range GET per file,
    checked and cached by :mod:`caslake.core.footers`);
 3. columns: only the column chunks of the projected and predicate columns are
-   fetched, as coalesced, parallel range GETs pinned with ``If-Match`` to the
+   fetched, as coalesced, parallel range GETs pinned to the
    ETag the file's footer was read under (the relocation rule: see
    :mod:`caslake.core.footers`).
 
