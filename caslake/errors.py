@@ -45,6 +45,17 @@ class InvalidArgument(UserInputError):
     """An argument has a value caslake cannot use."""
 
 
+class UnsupportedType(InvalidArgument):
+    """A column (or a field inside one) has a type no table can hold, because
+    Parquet, Iceberg or Spark cannot represent it.  ``path`` is the field's full
+    dotted path (``payload.items.element.price``); the message suggests a cast."""
+
+    def __init__(self, message: str, *, path: str, type: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.type = type
+
+
 class SchemaMismatch(UserInputError):
     """Data does not match the table schema."""
 

@@ -58,6 +58,7 @@ from caslake.errors import (
     TableNotFound,
 )
 from caslake.expr import Expr
+from caslake.format import BASE_FORMAT_VERSION, TYPES_FORMAT_VERSION
 from caslake.format.keys import POINTER_KEY, manifest_key, new_token
 from caslake.format.manifest import Manifest, Pointer, format_ts
 from caslake.format.properties import retention_policy
@@ -558,13 +559,15 @@ def _create(store: ObjectStore, schema: pa.Schema, properties: dict[str, str] | 
     if store.exists(pointer_key):
         raise TableAlreadyExists(f"a table already exists at {store.uri}")
     commit_id, token = new_token(), new_token()
+    # Nested fields or a newer type: format 4 (docs/format.md, "Format version rule").
+    fv = TYPES_FORMAT_VERSION if table_schema.needs_v4 else BASE_FORMAT_VERSION
     manifest = Manifest(table_id=new_token(), version=0, parent=None, commit_id=commit_id,
                         created_at_ms=int(time.time() * 1000), operation="create",
                         schema=table_schema, properties=dict(properties or {}),
-                        summary=complete_summary({}))
+                        summary=complete_summary({}), format_version=fv)
     key = manifest_key(0, token)
     put_new(store, key, manifest.to_bytes())
-    pointer = Pointer(manifest.table_id, 0, key, commit_id)
+    pointer = Pointer(manifest.table_id, 0, key, commit_id, format_version=fv)
     # The pointer bytes carry our commit id: equal bytes read back mean ours.
     if not create_record(store, pointer_key, pointer.to_bytes(),
                          what=f"the table pointer at {store.uri}", commit_id=commit_id,

@@ -26,7 +26,7 @@ from typing import Protocol
 
 from caslake.core.metadata_io import MetadataIO, Snapshot
 from caslake.errors import InvalidArgument
-from caslake.format import SEGMENTS_FORMAT_VERSION
+from caslake.format import SEGMENTS_FORMAT_VERSION, TYPES_FORMAT_VERSION
 from caslake.format.keys import manifest_key
 from caslake.format.manifest import (
     AncestorRef,
@@ -275,6 +275,10 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
         collected_until_ms=max(bm.collected_until_ms, changes.collected_until_ms or 0),
         # Segment objects are format 3: the first commit that references one raises
         # the table's version (docs/format.md, "Format version rule"); never lowered.
-        format_version=(max(bm.format_version, SEGMENTS_FORMAT_VERSION)
-                        if any(s.is_object for s in segments) else bm.format_version))
+        format_version=max(
+            bm.format_version,
+            SEGMENTS_FORMAT_VERSION if any(s.is_object for s in segments) else 0,
+            # Nested fields or a newer type: format 4 from the commit that adds them.
+            TYPES_FORMAT_VERSION if changes.schema is not None and changes.schema.needs_v4
+            else 0))
     return manifest_key(version, token), manifest

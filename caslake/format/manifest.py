@@ -38,7 +38,17 @@ from caslake.format.keys import (
     check_relative_key,
     valid_alias,
 )
-from caslake.format.schema import Field, TableSchema, type_from_str
+from caslake.format.schema import (
+    ELEMENT,
+    KEY,
+    LIST,
+    MAP,
+    NESTED,
+    VALUE,
+    Field,
+    TableSchema,
+    type_from_str,
+)
 
 POINTER_FORMAT = "caslake.pointer"
 MANIFEST_FORMAT = "caslake.manifest"
@@ -362,21 +372,41 @@ def _guard(doc: _Doc, fn: Callable[[], T]) -> T:
         raise doc.error(str(e)) from None
 
 
+def _parse_field(f: _Doc, ids: set[int], path: str) -> Field:
+    fid = f.get("id", int)
+    name = f.get("name", str)
+    typ = f.get("type", str)
+    if fid in ids or fid < 1 or not name:
+        raise f.error("duplicate or invalid field id or name")
+    ids.add(fid)
+    here = f"{path}.{name}" if path else name
+    children: list[Field] = []
+    if typ in NESTED:
+        names: set[str] = set()
+        for i, raw in f.items("fields"):
+            c = _parse_field(f.child(f"fields[{i}]", raw), ids, here)
+            if c.name in names:
+                raise f.error(f"duplicate field name {c.name!r} in {here!r}")
+            names.add(c.name)
+            children.append(c)
+        want = {LIST: [ELEMENT], MAP: [KEY, VALUE]}.get(typ)
+        if (want is not None and [c.name for c in children] != want) or not children:
+            raise f.error(f"a {typ} field has children {[c.name for c in children]}")
+    else:
+        _guard(f, partial(type_from_str, typ))
+    return Field(fid, name, typ, f.get("nullable", bool), tuple(children))
+
+
 def _parse_schema(doc: _Doc) -> TableSchema:
     fields = []
     ids: set[int] = set()
     names: set[str] = set()
     for i, raw in doc.items("fields"):
-        f = doc.child(f"fields[{i}]", raw)
-        fid = f.get("id", int)
-        name = f.get("name", str)
-        typ = f.get("type", str)
-        _guard(f, partial(type_from_str, typ))
-        if fid in ids or name in names or fid < 1 or not name:
-            raise f.error("duplicate or invalid field id or name")
-        ids.add(fid)
-        names.add(name)
-        fields.append(Field(fid, name, typ, f.get("nullable", bool)))
+        f = _parse_field(doc.child(f"fields[{i}]", raw), ids, "")
+        if f.name in names:
+            raise doc.error("duplicate or invalid field id or name")
+        names.add(f.name)
+        fields.append(f)
     if not fields:
         raise doc.error("schema has no fields")
     last = doc.get("last_field_id", int, optional=True, default=0)

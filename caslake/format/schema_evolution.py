@@ -17,9 +17,21 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from caslake.errors import InvalidArgument, InvalidSchemaChange
-from caslake.format.schema import FIELD_ID_KEY, Field, TableSchema, type_from_str, type_to_str
+from caslake.format.schema import (
+    FIELD_ID_KEY,
+    LIST,
+    STRUCT,
+    Field,
+    TableSchema,
+    type_from_str,
+    type_to_str,
+)
+
+# pyarrow-stubs type the nested constructors narrower than pyarrow accepts.
+_pa: Any = pa
 
 _INT_WIDTH = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 _FLOAT_WIDTH = {"float32": 32, "float64": 64}
@@ -202,7 +214,7 @@ def conform_to_schema(data: pa.Table, schema: TableSchema,
             col = data.column(by_id[f.id])
             arrays.append(col if col.type == t else col.cast(t))
         else:
-            arrays.append(pa.nulls(data.num_rows).cast(t))
+            arrays.append(_pa.nulls(data.num_rows).cast(t))
     target = pa.schema([
         pa.field(f.name, f.arrow_type, nullable=f.nullable,
                  metadata={FIELD_ID_KEY: str(f.id).encode()}) for f in wanted])
@@ -232,3 +244,119 @@ def map_input_columns(input_schema: pa.Schema, schema: TableSchema) -> dict[str,
             taken.add(hit.id)
             out[f.name] = hit
     return out
+
+
+# --- nested columns: present a stored column under a field, by id at every level ------
+
+
+def _id_of(f: pa.Field[Any]) -> int | None:
+    raw = (f.metadata or {}).get(FIELD_ID_KEY)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _stored_children(t: pa.DataType) -> list[pa.Field[Any]]:
+    if pa.types.is_struct(t):
+        return list(t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [t.value_field]
+    if pa.types.is_map(t):
+        return [t.key_field, t.item_field]
+    return []
+
+
+def same_shape(stored: pa.Field[Any], want: Field) -> bool:
+    """Whether a stored column already is ``want``'s type with ``want``'s ids at
+    every level (no rebuild needed)."""
+    if want.nested:
+        kids = _stored_children(stored.type)
+        if len(kids) != len(want.children):
+            return False
+        plain = (pa.types.is_struct(stored.type) if want.type == STRUCT else
+                 pa.types.is_list(stored.type) if want.type == LIST else
+                 pa.types.is_map(stored.type))
+        return plain and all(
+            _id_of(k) == c.id and k.name == c.name and k.nullable == c.nullable
+            and same_shape(k, c) for k, c in zip(kids, want.children, strict=True))
+    return bool(stored.type == want.arrow_type)
+
+
+def conform_array(arr: Any, stored: pa.Field[Any], want: Field, path: str) -> Any:
+    """Present ``arr`` (a stored column or nested value, of ``stored``'s type) as
+    ``want``'s type, matching every nested field **by id**: a field the data
+    lacks reads as NULL, a stored field no id matches (dropped) is left out, a
+    renamed one takes its current name, a widened one is cast.  Raises
+    ``ValueError`` naming ``path`` when the stored type cannot present it."""
+    if not want.nested:
+        t = want.arrow_type
+        if arr.type == t:
+            return arr
+        if isinstance(t, pa.ExtensionType) and arr.type == t.storage_type:
+            return pa.ExtensionArray.from_storage(t, arr)
+        try:
+            return arr.cast(t)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise ValueError(f"{path}: stored as {arr.type}, the table says {t} ({e})"
+                             ) from None
+    kids = {_id_of(k): (i, k) for i, k in enumerate(_stored_children(stored.type))}
+    mask = arr.is_null() if arr.null_count else None
+    if want.type == STRUCT:
+        if not pa.types.is_struct(arr.type):
+            raise ValueError(f"{path}: stored as {arr.type}, the table says a struct")
+        parts = []
+        for c in want.children:
+            hit = kids.get(c.id)
+            if hit is None:
+                parts.append(_pa.nulls(len(arr), c.arrow_type))
+            else:
+                child = arr.field(hit[0])  # offset and length follow the parent's
+                parts.append(conform_array(child, hit[1], c, f"{path}.{c.name}"))
+        return pa.StructArray.from_arrays(parts, fields=[c.arrow_field() for c in want.children],
+                                          mask=mask)
+    if want.type == LIST:
+        if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)
+                or pa.types.is_fixed_size_list(arr.type)):
+            raise ValueError(f"{path}: stored as {arr.type}, the table says a list")
+        element = want.children[0]
+        if pa.types.is_fixed_size_list(arr.type):
+            arr = arr.cast(pa.list_(arr.type.value_field))
+        hit = kids.get(element.id)
+        offsets, (start, length) = _rebased(arr.offsets)
+        if hit is None:  # a re-created element: no stored values are its
+            values = _pa.nulls(length, element.arrow_type)
+        else:
+            values = conform_array(arr.values.slice(start, length), hit[1], element,
+                                   f"{path}.{element.name}")
+        return pa.ListArray.from_arrays(offsets, values, type=want.arrow_type, mask=mask)
+    if not pa.types.is_map(arr.type):
+        raise ValueError(f"{path}: stored as {arr.type}, the table says a map")
+    key, value = want.children
+    k_hit, v_hit = kids.get(key.id), kids.get(value.id)
+    if k_hit is None:
+        raise ValueError(f"{path}: the stored map's key has another field id")
+    offsets, (start, length) = _rebased(arr.offsets)
+    keys = conform_array(arr.keys.slice(start, length), k_hit[1], key, f"{path}.{key.name}")
+    items = (_pa.nulls(length, value.arrow_type) if v_hit is None else
+             conform_array(arr.items.slice(start, length), v_hit[1], value,
+                           f"{path}.{value.name}"))
+    return _pa.MapArray.from_arrays(offsets, keys, items, type=want.arrow_type, mask=mask)
+
+
+def _rebased(offsets: Any) -> tuple[Any, tuple[int, int]]:
+    """List offsets starting at 0 (int32), and the ``(start, length)`` of the child
+    values they cover."""
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    return pc.subtract(offsets, start).cast(pa.int32()), (start, end - start)
+
+
+def conform_column(col: Any, stored: pa.Field[Any], want: Field) -> Any:
+    """:func:`conform_array` over every chunk of a column; the column itself when it
+    already has ``want``'s shape."""
+    if same_shape(stored, want):
+        return col
+    if isinstance(col, pa.ChunkedArray):
+        return _pa.chunked_array([conform_array(c, stored, want, want.name) for c in col.chunks],
+                                type=want.arrow_type)
+    return conform_array(col, stored, want, want.name)
