@@ -12,44 +12,57 @@ so matching by name would show another column's data.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from caslake.errors import InvalidArgument, InvalidSchemaChange
+from caslake.errors import CaslakeError, InvalidArgument, InvalidSchemaChange, UnsupportedType
 from caslake.format.schema import (
     FIELD_ID_KEY,
+    KEY,
     LIST,
+    MAP,
     STRUCT,
     Field,
     TableSchema,
+    _Ids,
+    canonical_type,
+    fields_from_arrow,
     type_from_str,
     type_to_str,
 )
+from caslake.format.type_text import parse_type, type_text
 
 # pyarrow-stubs type the nested constructors narrower than pyarrow accepts.
 _pa: Any = pa
 
 _INT_WIDTH = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
-_FLOAT_WIDTH = {"float32": 32, "float64": 64}
+_FLOAT_WIDTH = {"float16": 16, "float32": 32, "float64": 64}
 
 
 @dataclass(frozen=True)
 class AddColumn:
-    """A new nullable column; rows written before it read as NULL."""
+    """A new optional column, or a new optional field of a struct at any depth when
+    ``name`` is a dotted path (``device.os``, ``items.element.price``); rows written
+    before it read as NULL.  ``type`` is a type string (``int64``, ``list<string>``,
+    ``struct<os:string,v:int32>``) or a pyarrow type."""
 
     name: str
-    type: str  # a type string of docs/format.md, e.g. "int64"
+    type: str | pa.DataType
 
     def describe(self) -> str:
-        return f"add {self.name} {self.type}"
+        t = self.type if isinstance(self.type, str) else _text_of(self.type)
+        return f"add {self.name} {t}"
 
 
 @dataclass(frozen=True)
 class RenameColumn:
+    """Rename the column or nested field at path ``old``; ``new`` is its new name
+    (for a nested field the last part only, or the whole path with the same parent)."""
+
     old: str
     new: str
 
@@ -67,14 +80,16 @@ class DropColumn:
 
 @dataclass(frozen=True)
 class WidenColumn:
-    """int8/16/32 -> a wider int up to int64, float32 -> float64, decimal128(p, s)
-    -> decimal128(p', s) with p' > p.  Every old value is representable."""
+    """int8/16/32 -> a wider int up to int64, float16/32 -> a wider float, decimal(p, s)
+    -> decimal(p', s) with p' > p; for a nested primitive too (``tags.element``,
+    ``attrs.value``, ``device.version``).  Every old value is representable."""
 
     name: str
-    type: str
+    type: str | pa.DataType
 
     def describe(self) -> str:
-        return f"widen {self.name} to {self.type}"
+        t = self.type if isinstance(self.type, str) else _text_of(self.type)
+        return f"widen {self.name} to {t}"
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,13 @@ class MakeNullable:
 SchemaChange = AddColumn | RenameColumn | DropColumn | WidenColumn | MakeNullable
 
 
+def _text_of(t: pa.DataType) -> str:
+    try:
+        return type_text(t)
+    except CaslakeError:
+        return str(t)
+
+
 def is_widening(old: str, new: str) -> bool:
     """True if every value of type ``old`` is a value of type ``new`` and ``new`` differs."""
     if old in _INT_WIDTH and new in _INT_WIDTH:
@@ -98,84 +120,294 @@ def is_widening(old: str, new: str) -> bool:
         a, b = type_from_str(old), type_from_str(new)
     except ValueError:
         return False
-    if pa.types.is_decimal128(a) and pa.types.is_decimal128(b):
+    if pa.types.is_decimal(a) and pa.types.is_decimal(b):
         return bool(a.scale == b.scale and a.precision < b.precision)
     return False
 
 
-def _canonical_type(name: str, type_: object) -> str:
-    """A type string or a pyarrow type, as the canonical type string."""
+# --- paths: a column name, or a dotted path to a nested field ---------------------------
+
+
+def _at(fields: Sequence[Field], chain: Sequence[int]) -> Field:
+    node = fields[chain[0]]
+    for i in chain[1:]:
+        node = node.children[i]
+    return node
+
+
+def _locate(fields: Sequence[Field], path: str) -> list[int] | None:
+    """The indexes (column, then child at each level) of the field at ``path``, as
+    :meth:`TableSchema.find_path` resolves it: a top-level name wins, then the
+    longest top-level name that is a prefix, followed by child names."""
+    names = [f.name for f in fields]
+    if path in names:
+        return [names.index(path)]
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        top = ".".join(parts[:cut])
+        if top not in names:
+            continue
+        chain = [names.index(top)]
+        node = fields[chain[0]]
+        for name in parts[cut:]:
+            i = next((j for j, c in enumerate(node.children) if c.name == name), None)
+            if i is None:
+                break
+            chain.append(i)
+            node = node.children[i]
+        else:
+            return chain
+    return None
+
+
+def _names_nested(fields: Sequence[Field], path: str) -> bool:
+    """Whether ``path`` reaches into a column: some dotted prefix of it is a column's
+    name.  Otherwise a dotted name is a top-level column's own name."""
+    names = {f.name for f in fields}
+    parts = path.split(".")
+    return any(".".join(parts[:cut]) in names for cut in range(1, len(parts)))
+
+
+def _find(fields: Sequence[Field], path: object) -> list[int]:
+    if not isinstance(path, str) or not path:
+        raise InvalidSchemaChange(f"a column name must be a non-empty string, not {path!r}",
+                                  column=str(path))
+    chain = _locate(fields, path)
+    if chain is None:
+        if _names_nested(fields, path):
+            raise InvalidSchemaChange(f"no field at {path!r} ({_near(fields, path)})",
+                                      column=path)
+        raise InvalidSchemaChange(
+            f"no column named {path!r} (columns: {', '.join(f.name for f in fields)})",
+            column=path)
+    return chain
+
+
+def _near(fields: Sequence[Field], path: str) -> str:
+    """What the deepest existing prefix of ``path`` holds, for an error message."""
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:cut])
+        chain = _locate(fields, prefix)
+        if chain is not None:
+            node = _at(fields, chain)
+            kids = ", ".join(c.name for c in node.children)
+            return (f"{prefix!r} is {node.type} with fields {kids}" if kids
+                    else f"{prefix!r} is {node.type}, which has no fields")
+    return "no column starts it"
+
+
+def _rebuild(fields: Sequence[Field], chain: Sequence[int],
+             fn: Callable[[Field], Field | None]) -> list[Field]:
+    """``fields`` with the field at ``chain`` replaced by ``fn(field)`` (None: removed)."""
+    out = list(fields)
+    head = chain[0]
+    if len(chain) == 1:
+        new = fn(out[head])
+        if new is None:
+            del out[head]
+        else:
+            out[head] = new
+        return out
+    out[head] = replace(out[head], children=tuple(_rebuild(out[head].children, chain[1:], fn)))
+    return out
+
+
+def _parent_kind(fields: Sequence[Field], chain: Sequence[int]) -> str | None:
+    """The type of the field holding the one at ``chain`` (None for a column)."""
+    return _at(fields, chain[:-1]).type if len(chain) > 1 else None
+
+
+# --- types --------------------------------------------------------------------------------
+
+
+def _arrow_type(path: str, type_: object) -> pa.DataType:
+    """A type string (primitive or nested) or a pyarrow type, as the plain Arrow type
+    a table stores."""
     try:
-        if isinstance(type_, pa.DataType):
-            return type_to_str(type_)
         if isinstance(type_, str):
-            return type_to_str(type_from_str(type_))
-    except ValueError:
-        pass
-    except InvalidArgument as e:  # a pyarrow type format v1/v2 cannot store
-        raise InvalidSchemaChange(f"column {name!r}: {e}", column=name) from None
-    raise InvalidSchemaChange(f"column {name!r}: unknown type {type_!r}", column=name)
+            try:
+                return type_from_str(type_)
+            except ValueError:
+                return canonical_type(parse_type(type_, path), path)
+        if isinstance(type_, pa.DataType):
+            return canonical_type(type_, path)
+    except UnsupportedType as e:  # names the nested field at fault
+        raise InvalidSchemaChange(str(e), column=e.path) from None
+    except InvalidArgument as e:
+        raise InvalidSchemaChange(str(e), column=path) from None
+    raise InvalidSchemaChange(f"column {path!r}: a type is a string such as 'int64' or "
+                              f"'list<string>', or a pyarrow type, not {type_!r}", column=path)
 
 
-def _existing(fields: Sequence[Field], name: str) -> int:
-    for i, f in enumerate(fields):
-        if f.name == name:
-            return i
-    raise InvalidSchemaChange(
-        f"no column named {name!r} (columns: {', '.join(f.name for f in fields)})",
-        column=name)
+def _primitive(path: str, type_: object) -> str:
+    t = _arrow_type(path, type_)
+    if pa.types.is_nested(t):
+        raise InvalidSchemaChange(f"cannot change {path!r} to {_text_of(t)}: only a primitive "
+                                  "type widens", column=path)
+    return type_to_str(t, path)
 
 
-def _check_new_name(fields: Sequence[Field], name: object) -> str:
+def _new_field(path: str, name: str, type_: object, ids: _Ids) -> Field:
+    """A new optional field named ``name`` (at ``path``); a nested type's fields get
+    fresh ids too."""
+    t = _arrow_type(path, type_)
+    if not pa.types.is_nested(t):
+        return Field(ids.next(), name, type_to_str(t, path), True)
+    parent = path[:-len(name) - 1] if path != name else ""
+    try:
+        return fields_from_arrow([pa.field(name, t, nullable=True)], ids, parent)[0]
+    except UnsupportedType as e:
+        raise InvalidSchemaChange(str(e), column=e.path) from None
+    except InvalidArgument as e:
+        raise InvalidSchemaChange(str(e), column=path) from None
+
+
+# --- the changes --------------------------------------------------------------------------
+
+
+def _check_new_name(fields: Sequence[Field], name: object, path: str | None = None) -> str:
+    shown = path if path is not None else name
     if not isinstance(name, str) or not name:
         raise InvalidSchemaChange(f"a column name must be a non-empty string, not {name!r}",
-                                  column=str(name))
+                                  column=str(shown))
     if any(f.name == name for f in fields):
-        raise InvalidSchemaChange(f"a column named {name!r} already exists", column=name)
+        what = "a column" if path is None else "a field"
+        raise InvalidSchemaChange(f"{what} named {shown!r} already exists", column=str(shown))
     return name
+
+
+def _add(fields: list[Field], ch: AddColumn, ids: _Ids) -> list[Field]:
+    path = ch.name
+    if isinstance(path, str) and _locate(fields, path) is not None:
+        what = "a column" if path in (f.name for f in fields) else "a field"
+        raise InvalidSchemaChange(f"{what} named {path!r} already exists", column=path)
+    if not isinstance(path, str) or not _names_nested(fields, path):
+        name = _check_new_name(fields, path)  # a column (its name may hold dots)
+        return [*fields, _new_field(name, name, ch.type, ids)]
+    parent_path, _, name = path.rpartition(".")
+    chain = _locate(fields, parent_path)
+    if chain is None:
+        raise InvalidSchemaChange(f"cannot add {path!r}: no field at {parent_path!r} "
+                                  f"({_near(fields, path)})", column=path)
+    parent = _at(fields, chain)
+    if parent.type != STRUCT:
+        hint = {LIST: f"; a list's fields go into its element ('{parent_path}.element.{name}' "
+                      "when the element is a struct)",
+                MAP: f"; a map's fields go into its value ('{parent_path}.value.{name}' when "
+                     "the value is a struct)"}.get(parent.type, "")
+        raise InvalidSchemaChange(f"cannot add {path!r}: {parent_path!r} is {parent.type}, "
+                                  f"not a struct{hint}", column=path)
+    _check_new_name(parent.children, name, path)
+    new = _new_field(path, name, ch.type, ids)
+    return _rebuild(fields, chain, lambda p: replace(p, children=(*p.children, new)))
+
+
+def _rename(fields: list[Field], ch: RenameColumn) -> list[Field]:
+    chain = _find(fields, ch.old)
+    if len(chain) == 1:
+        new_name = _check_new_name(fields, ch.new)
+        return _rebuild(fields, chain, lambda f: replace(f, name=new_name))
+    parent = _at(fields, chain[:-1])
+    if parent.type != STRUCT:
+        raise InvalidSchemaChange(f"cannot rename {ch.old!r}: a {parent.type}'s "
+                                  f"{_at(fields, chain).name} has a fixed name", column=ch.old)
+    prefix = ch.old.rpartition(".")[0] + "."
+    new = ch.new[len(prefix):] if isinstance(ch.new, str) and ch.new.startswith(prefix) else ch.new
+    if isinstance(new, str) and "." in new:
+        raise InvalidSchemaChange(f"cannot rename {ch.old!r} to {ch.new!r}: a nested field's "
+                                  "name has no '.' (paths are dotted); give the new name of "
+                                  "the field only", column=ch.old)
+    name = _check_new_name(parent.children, new, prefix + str(new))
+    return _rebuild(fields, chain, lambda f: replace(f, name=name))
+
+
+def _drop(fields: list[Field], ch: DropColumn) -> list[Field]:
+    chain = _find(fields, ch.name)
+    if len(chain) == 1:
+        if len(fields) == 1:
+            raise InvalidSchemaChange(f"cannot drop {ch.name!r}: it is the last column",
+                                      column=ch.name)
+        return _rebuild(fields, chain, lambda f: None)
+    parent_path = ch.name.rpartition(".")[0]
+    parent = _at(fields, chain[:-1])
+    if parent.type != STRUCT:
+        raise InvalidSchemaChange(f"cannot drop {ch.name!r}: a {parent.type} cannot lose its "
+                                  f"{_at(fields, chain).name}; drop "
+                                  f"{_droppable(fields, chain[:-1], parent_path)!r} instead",
+                                  column=ch.name)
+    if len(parent.children) == 1:
+        raise InvalidSchemaChange(f"cannot drop {ch.name!r}: it is the last field of struct "
+                                  f"{parent_path!r} (Parquet cannot store an empty struct); "
+                                  f"drop {_droppable(fields, chain[:-1], parent_path)!r} "
+                                  "instead", column=ch.name)
+    return _rebuild(fields, chain, lambda f: None)
+
+
+def _droppable(fields: Sequence[Field], chain: Sequence[int], path: str) -> str:
+    """The path of the nearest field at or above ``chain`` that can be dropped (a
+    column or a struct's field, not a list's element or a map's key or value)."""
+    while len(chain) > 1 and _parent_kind(fields, chain) != STRUCT:
+        chain, path = chain[:-1], path.rpartition(".")[0]
+    return path
+
+
+def _widen(fields: list[Field], ch: WidenColumn) -> list[Field]:
+    chain = _find(fields, ch.name)
+    old = _at(fields, chain)
+    if old.nested:
+        inside = {LIST: "element", MAP: "value"}.get(old.type, old.children[0].name)
+        raise InvalidSchemaChange(f"cannot change the type of {ch.name!r}: it is a {old.type}; "
+                                  "only primitive types widen (address one inside it, e.g. "
+                                  f"'{ch.name}.{inside}')", column=ch.name)
+    if _parent_kind(fields, chain) == MAP and old.name == KEY:
+        raise InvalidSchemaChange(f"cannot change the type of {ch.name!r}: a map key keeps "
+                                  "its type", column=ch.name)
+    new = _primitive(ch.name, ch.type)
+    if not is_widening(old.type, new):
+        raise InvalidSchemaChange(
+            f"cannot change {ch.name!r} from {old.type} to {new}: only int8/16/32 -> "
+            "wider int, float16/32 -> wider float and decimal precision widening at the "
+            "same scale keep every value", column=ch.name)
+    return _rebuild(fields, chain, lambda f: replace(f, type=new))
+
+
+def _make_nullable(fields: list[Field], ch: MakeNullable) -> list[Field]:
+    chain = _find(fields, ch.name)
+    if _parent_kind(fields, chain) == MAP and _at(fields, chain).name == KEY:
+        raise InvalidSchemaChange(f"cannot make {ch.name!r} nullable: a map key is never NULL",
+                                  column=ch.name)
+    return _rebuild(fields, chain, lambda f: replace(f, nullable=True))
 
 
 def evolve(schema: TableSchema, changes: Iterable[SchemaChange]) -> TableSchema:
     """Apply ``changes`` in order and return the next schema (``schema_id + 1``).
 
-    New columns get ids above every id ever used (``last_field_id``), so a
-    dropped column's data never shows under a new column of the same name.
-    Raises :class:`InvalidSchemaChange` naming the column for any change that
-    is not allowed; the input schema is never modified."""
+    A change names a column, or a nested field by its dotted path (a top-level
+    name containing dots wins, as in :meth:`TableSchema.find_path`).  New fields
+    (and every field inside a new nested type) get ids above every id ever used
+    (``last_field_id``), so a dropped field's data never shows under a new field of
+    the same name.  Raises :class:`InvalidSchemaChange` naming the full path for
+    any change that is not allowed; the input schema is never modified."""
     fields = list(schema.fields)
-    highest = schema.last_field_id
+    ids = _Ids(schema.last_field_id)
     changes = list(changes)
     if not changes:
         raise InvalidSchemaChange("a schema update needs at least one change")
     for ch in changes:
         if isinstance(ch, AddColumn):
-            name = _check_new_name(fields, ch.name)
-            highest += 1
-            fields.append(Field(highest, name, _canonical_type(name, ch.type), True))
+            fields = _add(fields, ch, ids)
         elif isinstance(ch, RenameColumn):
-            i = _existing(fields, ch.old)
-            fields[i] = replace(fields[i], name=_check_new_name(fields, ch.new))
+            fields = _rename(fields, ch)
         elif isinstance(ch, DropColumn):
-            i = _existing(fields, ch.name)
-            if len(fields) == 1:
-                raise InvalidSchemaChange(f"cannot drop {ch.name!r}: it is the last column",
-                                          column=ch.name)
-            del fields[i]
+            fields = _drop(fields, ch)
         elif isinstance(ch, WidenColumn):
-            i = _existing(fields, ch.name)
-            new = _canonical_type(ch.name, ch.type)
-            if not is_widening(fields[i].type, new):
-                raise InvalidSchemaChange(
-                    f"cannot change column {ch.name!r} from {fields[i].type} to {new}: only "
-                    "int8/16/32 -> wider int, float32 -> float64 and decimal precision "
-                    "widening at the same scale keep every value", column=ch.name)
-            fields[i] = replace(fields[i], type=new)
+            fields = _widen(fields, ch)
         elif isinstance(ch, MakeNullable):
-            i = _existing(fields, ch.name)
-            fields[i] = replace(fields[i], nullable=True)
+            fields = _make_nullable(fields, ch)
         else:
             raise InvalidSchemaChange(f"not a schema change: {ch!r}")
-    return TableSchema(tuple(fields), schema_id=schema.schema_id + 1, highest_field_id=highest)
+    return TableSchema(tuple(fields), schema_id=schema.schema_id + 1, highest_field_id=ids.last)
 
 
 def field_ids_of(schema: pa.Schema) -> list[int | None]:

@@ -24,7 +24,7 @@ from caslake.core import (
     run_operation,
 )
 from caslake.errors import InvalidArgument, InvalidSchemaChange, SchemaMismatch
-from caslake.format.schema import TableSchema, type_to_str
+from caslake.format.schema import LIST, MAP, STRUCT, Field, TableSchema
 from caslake.format.schema_evolution import (
     AddColumn,
     DropColumn,
@@ -33,9 +33,13 @@ from caslake.format.schema_evolution import (
     SchemaChange,
     WidenColumn,
     evolve,
+    field_ids_of,
     map_input_columns,
 )
 from caslake.ops import refs
+
+# pyarrow-stubs type the nested constructors narrower than pyarrow accepts.
+_pa: Any = pa
 
 SCHEMA_OPERATION = "schema"
 SCHEMA_MODES = (None, "strict", "merge")
@@ -58,19 +62,29 @@ class SchemaUpdate:
         return self
 
     def add_column(self, name: str, type: str | pa.DataType) -> SchemaUpdate:
-        """A new nullable column; rows written before read as NULL."""
-        return self._queue(AddColumn(name, _type_name(name, type)))
+        """A new optional column, or a new optional field of a struct when ``name`` is
+        a dotted path (``device.os``, ``items.element.price``); rows written before
+        read as NULL.  ``type``: a type string (``int64``, ``list<string>``,
+        ``struct<os:string,v:int32>``, ``map<string,int64>``) or a pyarrow type."""
+        return self._queue(AddColumn(name, type))
 
     def rename_column(self, old: str, new: str) -> SchemaUpdate:
+        """Rename the column or nested field at ``old`` (a name or a dotted path) to
+        ``new`` (for a nested field: its new name, e.g. ``("device.os", "platform")``)."""
         return self._queue(RenameColumn(old, new))
 
     def drop_column(self, name: str) -> SchemaUpdate:
+        """Drop a column, or a struct's field by its dotted path; a field added later
+        under the same name never shows the dropped values."""
         return self._queue(DropColumn(name))
 
     def widen_column(self, name: str, type: str | pa.DataType) -> SchemaUpdate:
-        return self._queue(WidenColumn(name, _type_name(name, type)))
+        """Widen a primitive column or nested primitive (``tags.element``,
+        ``attrs.value``): int to a wider int, float to a wider float, decimal precision."""
+        return self._queue(WidenColumn(name, type))
 
     def make_nullable(self, name: str) -> SchemaUpdate:
+        """Let the column or nested field at ``name`` hold NULL."""
         return self._queue(MakeNullable(name))
 
     def commit(self) -> CommitResult:
@@ -94,56 +108,117 @@ class SchemaUpdate:
                              started=started)
 
 
-def _type_name(column: str, type_: object) -> str:
-    try:
-        if isinstance(type_, pa.DataType):
-            return type_to_str(type_)
-    except InvalidArgument as e:
-        raise InvalidSchemaChange(f"column {column!r}: {e}", column=column) from None
-    if not isinstance(type_, str):
-        raise InvalidSchemaChange(f"column {column!r}: a type is a string such as 'int64' or "
-                                  f"a pyarrow type, not {type_!r}", column=column)
-    return type_
-
-
 def align_input(reader: pa.RecordBatchReader, schema: TableSchema, schema_mode: Any
                 ) -> tuple[pa.RecordBatchReader, TableSchema | None]:
     """Fit data to append to the table schema: columns match fields by name, and a
     column whose name the table no longer has matches by the field id it carries
-    (data read before a rename).  Columns that match nothing are refused
-    (SchemaMismatch naming all of them) unless ``schema_mode="merge"``, which adds
-    them as nullable columns: the returned schema is then the one to write and
-    commit (None: unchanged)."""
+    (data read before a rename); so do the fields of a struct at any depth.
+    Columns and struct fields that match nothing are refused (SchemaMismatch naming
+    all of them by path) unless ``schema_mode="merge"``, which adds them as optional
+    fields: the returned schema is then the one to write and commit (None:
+    unchanged)."""
     if schema_mode not in SCHEMA_MODES:
         raise InvalidArgument(f"schema_mode must be 'strict' or 'merge', not {schema_mode!r}")
     mapping = map_input_columns(reader.schema, schema)
-    extras = [f for f in reader.schema if f.name not in mapping]
-    new_schema: TableSchema | None = None
-    if extras:
-        names = ", ".join(repr(f.name) for f in extras)
-        if schema_mode != "merge":
-            raise SchemaMismatch(
-                f"column(s) {names} are not in the table schema (columns: "
-                f"{', '.join(schema.names)}); pass schema_mode='merge' to add them",
-                column=extras[0].name, actual=str(extras[0].type))
-        adds: list[SchemaChange] = []
-        for f in extras:
-            try:
-                adds.append(AddColumn(f.name, type_to_str(f.type)))
-            except InvalidArgument as e:
-                raise SchemaMismatch(f"column {f.name!r}: {e}", column=f.name,
-                                     actual=str(f.type)) from None
-        try:
-            new_schema = evolve(schema, adds)
-        except InvalidSchemaChange as e:
-            raise SchemaMismatch(str(e), column=e.column) from None
-    renames = {src: fld.name for src, fld in mapping.items() if src != fld.name}
-    if not renames:
+    extras = [(f.name, f) for f in reader.schema if f.name not in mapping]
+    for f in reader.schema:
+        if f.name in mapping:
+            extras.extend(_nested_extras(f.type, mapping[f.name], mapping[f.name].name))
+    new_schema = _merged(schema, extras, schema_mode) if extras else None
+    target = pa.schema([
+        pa.field(mapping[f.name].name, _renamed(f.type, mapping[f.name]), f.nullable)
+        if f.name in mapping else f for f in reader.schema])
+    if target.equals(reader.schema):
         return reader, new_schema
-    target = pa.schema([pa.field(renames.get(f.name, f.name), f.type, f.nullable)
-                        for f in reader.schema])
-    batches = (b.rename_columns(target.names) for b in reader)
+    batches = (pa.RecordBatch.from_arrays(
+        [c if c.type == t.type else c.view(t.type) for c, t in zip(b.columns, target,
+                                                                    strict=True)],
+        schema=target) for b in reader)
     return pa.RecordBatchReader.from_batches(target, batches), new_schema
+
+
+def _merged(schema: TableSchema, extras: list[tuple[str, pa.Field[Any]]],
+            schema_mode: Any) -> TableSchema:
+    """``schema`` with the input's extra columns and struct fields (by path) added, or
+    the SchemaMismatch of a strict append naming every one."""
+    path, first = extras[0]
+    if schema_mode != "merge":
+        names = ", ".join(repr(p) for p, _ in extras)
+        raise SchemaMismatch(
+            f"column(s) {names} are not in the table schema (columns: "
+            f"{', '.join(schema.names)}); pass schema_mode='merge' to add them",
+            column=path, actual=str(first.type))
+    try:
+        return evolve(schema, [AddColumn(p, f.type) for p, f in extras])
+    except InvalidSchemaChange as e:
+        raise SchemaMismatch(str(e), column=e.column) from None
+
+
+def _struct_of(t: pa.DataType) -> pa.DataType:
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+def _input_children(t: pa.DataType, field: Field) -> list[tuple[pa.Field[Any], Field | None]]:
+    """The input's nested fields of ``t`` beside the table's nested fields of ``field``:
+    a struct's by name, then by the field id the input carries (a field renamed since
+    the data was read, unless its new name is in the input too); a list's element; a
+    map's key and value.  Empty when the shapes differ (the append's conform says so)."""
+    t = _struct_of(t)
+    if field.type == STRUCT and pa.types.is_struct(t):
+        by_id = {c.id: c for c in field.children}
+        names = {c.name for c in t}
+        out: list[tuple[pa.Field[Any], Field | None]] = []
+        for child, fid in zip(t, field_ids_of(pa.schema(list(t))), strict=True):
+            hit = field.child(child.name)
+            if hit is None and fid is not None:
+                cand = by_id.get(fid)
+                hit = cand if cand is not None and cand.name not in names else None
+            out.append((child, hit))
+        return out
+    if field.type == LIST and (pa.types.is_list(t) or pa.types.is_large_list(t)
+                               or pa.types.is_fixed_size_list(t)):
+        return [(t.value_field, field.children[0])]
+    if field.type == MAP and pa.types.is_map(t):
+        return [(t.key_field, field.children[0]), (t.item_field, field.children[1])]
+    return []
+
+
+def _nested_extras(t: pa.DataType, field: Field, path: str) -> list[tuple[str, pa.Field[Any]]]:
+    """The input's struct fields (path, Arrow field) at any depth inside ``t`` that
+    ``field`` lacks."""
+    out: list[tuple[str, pa.Field[Any]]] = []
+    for child, hit in _input_children(t, field):
+        if hit is None:
+            out.append((f"{path}.{child.name}", child))
+        else:
+            out.extend(_nested_extras(child.type, hit, f"{path}.{hit.name}"))
+    return out
+
+
+def _renamed(t: pa.DataType, field: Field) -> pa.DataType:
+    """``t`` with each struct field matched by id under its table name (an extra one
+    keeps its own); the same layout, so a column of ``t`` views as it."""
+    kids = _input_children(t, field)
+    if not kids or not any(hit is not None for _, hit in kids):
+        return t
+    if pa.types.is_struct(t):
+        return pa.struct([c.with_type(_renamed(c.type, hit)).with_name(hit.name)
+                          if hit is not None else c for c, hit in kids])
+    if pa.types.is_map(t):
+        (k, kf), (v, vf) = kids
+        assert kf is not None and vf is not None
+        out: pa.DataType = _pa.map_(k.with_type(_renamed(k.type, kf)),
+                                    v.with_type(_renamed(v.type, vf)),
+                                    keys_sorted=t.keys_sorted)
+        return out
+    (e, ef), = kids
+    assert ef is not None
+    item = e.with_type(_renamed(e.type, ef))
+    if pa.types.is_large_list(t):
+        return pa.large_list(item)
+    fixed: pa.DataType = (pa.list_(item, t.list_size) if pa.types.is_fixed_size_list(t)
+                          else pa.list_(item))
+    return fixed
 
 
 def with_schema(changes: Changes | None, schema: TableSchema | None) -> Changes | None:
