@@ -8,8 +8,11 @@ This module owns everything caslake knows about the inside of a Parquet file:
 * **byte ranges**: of every column chunk and row group (:class:`FooterInfo`,
   :class:`RowGroupInfo`, :class:`ColumnChunkInfo`), so readers fetch exactly the
   chunks they need and the row-group splice (purge) can copy whole groups;
-* **column indexes**: a column's position in the file from its name
-  (:meth:`FooterInfo.column_indexes`);
+* **column indexes**: the leaf columns of a top-level column from its name
+  (:meth:`FooterInfo.column_indexes`; a nested column has one leaf per primitive
+  below it), and the file schema's tree with each node's leaves
+  (:class:`LeafSpan`, :func:`leaf_spans`), so a reader fetches only the chunks
+  of the nested fields it projects;
 * **page CRCs**: data pages carry CRC-32s; :data:`WRITE_PAGE_CHECKSUMS` and
   :data:`VERIFY_PAGE_CHECKSUMS` are the writer and reader options that add and
   check them;
@@ -43,7 +46,7 @@ import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile
-from caslake.format.stats import ColumnStats, JsonStats, value_to_json
+from caslake.format.stats import ColumnStats, JsonStats, footer_value, value_to_json
 
 MAGIC = b"PAR1"
 #: Bytes after the footer's Thrift metadata: its little-endian u32 length, then MAGIC.
@@ -84,7 +87,7 @@ class ColumnChunkInfo:
     """One column chunk of one row group: bytes ``[start, end)`` of the file."""
 
     column: int  # index among the file's leaf columns
-    name: str  # its path in the schema ("a.b" for nested; caslake columns are flat)
+    name: str  # its path in the schema ("a.b", "tags.list.element" for nested fields)
     start: int  # dictionary page if any, else the first data page
     end: int
     num_values: int
@@ -159,19 +162,22 @@ class FooterInfo:
         return self.metadata.schema.to_arrow_schema()
 
     @cached_property
-    def _index_by_name(self) -> dict[str, int]:
-        schema = self.metadata.schema
-        return {schema.column(i).path: i for i in range(self.metadata.num_columns)}
+    def leaf_spans(self) -> dict[str, LeafSpan]:
+        """Each top-level column of the file by name, with its leaf columns."""
+        return {span.field.name: span for span in leaf_spans(self.arrow_schema,
+                                                             self.metadata.num_columns,
+                                                             path=self.path)}
 
     def column_indexes(self, names: Iterable[str]) -> list[int]:
-        """Leaf-column indexes of ``names``; a missing column is CorruptMetadata."""
-        by_name = self._index_by_name
-        out = []
+        """Leaf-column indexes of the top-level columns ``names`` (every leaf of a
+        nested one), in order; a missing column is CorruptMetadata."""
+        spans = self.leaf_spans
+        out: list[int] = []
         for n in names:
-            i = by_name.get(n)
-            if i is None:
+            span = spans.get(n)
+            if span is None:
                 raise CorruptMetadata(self.path, f"data file has no column {n!r}")
-            out.append(i)
+            out.extend(span.leaves)
         return out
 
     @cached_property
@@ -213,9 +219,19 @@ class FooterInfo:
             out.append(RowGroupInfo(rg, rows, first, tuple(chunks)))
         return tuple(out)
 
+    @cached_property
+    def flat(self) -> bool:
+        """Whether every column of the file is a primitive (one leaf each)."""
+        return all(not s.children for s in self.leaf_spans.values())
+
+    @cached_property
+    def primitive_leaves(self) -> dict[str, int]:
+        """The leaf index of each top-level primitive column, by name."""
+        return {n: s.first for n, s in self.leaf_spans.items() if not s.children}
+
     def row_group_stats(self, rg: int, columns: dict[str, pa.DataType]
                         ) -> dict[str, ColumnStats]:
-        return row_group_stats(self.metadata, rg, columns)
+        return row_group_stats(self.metadata, rg, columns, leaves=self.primitive_leaves)
 
     @cached_property
     def dictionary_chunks(self) -> frozenset[tuple[int, int]]:
@@ -241,6 +257,77 @@ def _chunk_range(c: Any) -> tuple[int, int]:
     if c.has_dictionary_page and c.dictionary_page_offset is not None:
         start = min(start, int(c.dictionary_page_offset))
     return start, start + int(c.total_compressed_size)
+
+
+# --- the schema tree and its leaf columns -------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeafSpan:
+    """A node of a data file's schema (a column, or a field inside one) and its
+    leaf columns ``[first, first + count)``: Parquet numbers the leaves depth
+    first, so every node's leaves are contiguous.  ``children``: a struct's
+    fields, a list's element, a map's key and value."""
+
+    field: pa.Field[Any]
+    first: int
+    count: int
+    children: tuple[LeafSpan, ...] = ()
+
+    @property
+    def leaves(self) -> range:
+        return range(self.first, self.first + self.count)
+
+    @property
+    def field_id(self) -> int | None:
+        raw = (self.field.metadata or {}).get(b"PARQUET:field_id")
+        try:
+            return int(raw) if raw is not None else None
+        except ValueError:
+            return None
+
+    def child_by_id(self, field_id: int) -> LeafSpan | None:
+        return next((c for c in self.children if c.field_id == field_id), None)
+
+
+def _node_children(t: pa.DataType) -> list[pa.Field[Any]]:
+    if isinstance(t, pa.ExtensionType):
+        t = t.storage_type
+    if pa.types.is_struct(t):
+        return list(t)
+    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t)):
+        return [t.value_field]
+    if pa.types.is_map(t):
+        return [t.key_field, t.item_field]
+    return []
+
+
+def _span(f: pa.Field[Any], first: int) -> LeafSpan:
+    kids = _node_children(f.type)
+    if not kids:
+        return LeafSpan(f, first, 1)
+    spans = []
+    at = first
+    for k in kids:
+        spans.append(_span(k, at))
+        at += spans[-1].count
+    return LeafSpan(f, first, at - first, tuple(spans))
+
+
+def leaf_spans(schema: pa.Schema, num_leaves: int, *, path: str) -> list[LeafSpan]:
+    """The top-level columns of a Parquet file whose Arrow schema is ``schema`` and
+    which has ``num_leaves`` leaf columns, each with its leaves; a schema whose
+    leaves do not add up is CorruptMetadata naming ``path``."""
+    out = []
+    at = 0
+    for f in schema:
+        out.append(_span(f, at))
+        at += out[-1].count
+    if at != num_leaves:
+        raise CorruptMetadata(path, f"the footer's schema has {at} leaf columns, its row "
+                              f"groups {num_leaves}")
+    return out
 
 
 # --- parsing ---------------------------------------------------------------------------
@@ -461,23 +548,36 @@ def _chunk_stats(stats: Any) -> tuple[Any, Any, int | None]:
     return stats.min, stats.max, nulls
 
 
-def row_group_stats(md: pq.FileMetaData, rg: int, columns: dict[str, pa.DataType]
-                    ) -> dict[str, ColumnStats]:
+def top_level_leaves(md: pq.FileMetaData, *, path: str = "parquet file") -> dict[str, int]:
+    """The leaf index of each top-level primitive column of a file, by name (a
+    nested column's leaves are not listed: their paths can equal a dotted name)."""
+    spans = leaf_spans(md.schema.to_arrow_schema(), md.num_columns, path=path)
+    return {s.field.name: s.first for s in spans if not s.children}
+
+
+def row_group_stats(md: pq.FileMetaData, rg: int, columns: dict[str, pa.DataType],
+                    *, leaves: dict[str, int] | None = None) -> dict[str, ColumnStats]:
     """Footer statistics of one row group, as pruning values, for the named top-level
-    columns (a bound that cannot be recorded, e.g. NaN, is unknown)."""
+    primitive columns (a bound that cannot be recorded, e.g. NaN, is unknown).
+    ``leaves``: :func:`top_level_leaves` of ``md``, if the caller has it."""
     group = md.row_group(rg)
+    if leaves is None:
+        leaves = top_level_leaves(md)
     out: dict[str, ColumnStats] = {}
-    for i in range(group.num_columns):
-        chunk = group.column(i)
-        name = chunk.path_in_schema
-        t = columns.get(name)
-        if t is None:
+    for name, t in columns.items():
+        i = leaves.get(name)
+        if i is None:
             continue
-        lo, hi, nulls = _chunk_stats(chunk.statistics)
-        if value_to_json(lo, t) is None or value_to_json(hi, t) is None:
-            lo = hi = None
-        out[name] = ColumnStats(min=lo, max=hi, null_count=nulls)
+        out[name] = _leaf_stats(group.column(i).statistics, t)
     return out
+
+
+def _leaf_stats(stats: Any, t: pa.DataType) -> ColumnStats:
+    lo, hi, nulls = _chunk_stats(stats)
+    lo, hi = footer_value(lo, t), footer_value(hi, t)
+    if value_to_json(lo, t) is None or value_to_json(hi, t) is None:
+        lo = hi = None
+    return ColumnStats(min=lo, max=hi, null_count=nulls)
 
 
 def file_stats(md: pq.FileMetaData, columns: dict[str, pa.DataType]) -> dict[str, JsonStats]:
@@ -486,8 +586,9 @@ def file_stats(md: pq.FileMetaData, columns: dict[str, pa.DataType]) -> dict[str
     acc: dict[str, JsonStats] = {}
     known_minmax: dict[str, bool] = {name: True for name in columns}
     known_nulls: dict[str, bool] = {name: True for name in columns}
+    leaves = top_level_leaves(md)
     for rg in range(md.num_row_groups):
-        for name, cs in row_group_stats(md, rg, columns).items():
+        for name, cs in row_group_stats(md, rg, columns, leaves=leaves).items():
             t = columns[name]
             entry = acc.setdefault(name, {})
             if cs.null_count is None:

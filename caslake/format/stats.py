@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -51,8 +52,17 @@ class ColumnStats:
     null_count: int | None
 
 
+def footer_value(value: Any, t: pa.DataType) -> Any:
+    """A Parquet footer's min/max as the Python value of column type ``t``: pyarrow
+    gives a ``float16`` bound as its two little-endian bytes."""
+    if pa.types.is_float16(t) and isinstance(value, bytes):
+        return struct.unpack("<e", value)[0] if len(value) == 2 else None
+    return value
+
+
 def value_to_json(value: Any, t: pa.DataType) -> Any:
     """None means: do not record (unknown)."""
+    value = footer_value(value, t)
     if value is None:
         return None
     if pa.types.is_timestamp(t):

@@ -26,7 +26,8 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, cast
 
 import numpy as np
@@ -54,14 +55,16 @@ from caslake.expr import (
     resolve_column,
 )
 from caslake.format.manifest import DataFile, TombstoneRef
-from caslake.format.parquet import VERIFY_PAGE_CHECKSUMS, FooterInfo
-from caslake.format.schema import TableSchema, type_to_str
-from caslake.format.schema_evolution import field_ids_of, is_widening
+from caslake.format.parquet import VERIFY_PAGE_CHECKSUMS, FooterInfo, LeafSpan
+from caslake.format.schema import MAP, Field, TableSchema, type_to_str
+from caslake.format.schema_evolution import conform_column, field_ids_of, is_widening
 from caslake.format.segment import Stats
 from caslake.format.stats import column_stats, data_file_stats
 from caslake.store.base import GET_RANGE
 
 POSITION = "__pos"
+# pyarrow-stubs type the nested constructors narrower than pyarrow accepts.
+_pa: Any = pa
 # Mean surviving run length (rows) from which deletes are sliced out rather than
 # filtered.  A slice costs ~1.4 us a column and copies nothing; a filter copies
 # every kept row (~15 ns a row for TPC-H Q1's 7 columns): slicing wins from
@@ -158,6 +161,11 @@ class FileTask:
     # predicate nor a key-range record: decoded as dictionaries where the chunk is
     # dictionary-only, and expanded after the mask and the filter (_expand).
     dictionary: frozenset[str] = frozenset()
+    # The leaf columns read of each of ``columns`` (all of a nested column's, or
+    # those of its projected fields), and the field each is conformed to after
+    # decoding (None: read as stored; see :func:`_needs_conform`).
+    column_leaves: tuple[tuple[int, ...], ...] = ()
+    conform: tuple[Field | None, ...] = ()
 
     @property
     def table_columns(self) -> list[str]:
@@ -176,9 +184,12 @@ class FileTask:
         """File position of each row group's first row."""
         return self.footer.group_starts
 
-    @property
+    @cached_property
     def column_indexes(self) -> list[int]:
-        return self.footer.column_indexes(self.columns)
+        """The leaf columns read, in file order (their chunks are what is fetched)."""
+        if not self.column_leaves:
+            return self.footer.column_indexes(self.columns)
+        return sorted({i for leaves in self.column_leaves for i in leaves})
 
     def spans(self, groups: Sequence[int]) -> list[tuple[int, int, int]]:
         return [(rg, self.starts[rg], self.footer.group_rows[rg]) for rg in groups]
@@ -272,17 +283,27 @@ class Scan(ArrowExport):
         schema = self.table_schema
         self._arrow_schema = schema.to_arrow()
         names = schema.names
-        if columns is not None:
-            if isinstance(columns, str):
-                columns = [columns]
-            # Names resolve as in a where predicate: exact, else unique ignoring case.
-            columns = [c if c in names else resolve_column(c, names) for c in columns]
-        self.columns = list(columns) if columns is not None else names
+        if isinstance(columns, str):
+            columns = [columns]
+        # Names resolve as in a where predicate: exact, else unique ignoring case;
+        # a dotted path projects a nested field (see :func:`projection`).
+        self.columns, self._pruned = (names, {}) if columns is None else projection(
+            schema, columns)
         self._bound = compile_where(where, self._arrow_schema)
         pred_cols = referenced_columns(self._bound) if self._bound is not None else set()
+        pred_tops = top_columns(schema, pred_cols)
         # Read the projection plus the predicate's columns, in table order.
-        self._read_columns = [n for n in names if n in set(self.columns) | pred_cols]
+        self._read_columns = [n for n in names if n in set(self.columns) | pred_tops]
         self._pred_fields = [f for f in schema.fields if f.name in pred_cols]
+        # Each column read, as the field it is read as: a column projected only in
+        # part (and not in the predicate) reads just the projected fields' leaves.
+        self._read_fields = {n: self._pruned[n] if n in self._pruned and n not in pred_tops
+                             else schema.field(n) for n in self._read_columns}
+        self._read_schema = pa.schema([self._read_fields[f.name].arrow_field()
+                                       if f.name in self._read_fields else f.arrow_field()
+                                       for f in schema.fields])
+        # Projected in part but read whole (the predicate needs it): cut after the filter.
+        self._trim = {n: f for n, f in self._pruned.items() if self._read_fields[n] is not f}
         self._plan: ScanPlan | None = None
         self._prepared: _Prepared | None = None
         # Row-group pruning needs statistics of the predicate's columns only.
@@ -306,7 +327,8 @@ class Scan(ArrowExport):
 
     @property
     def schema(self) -> pa.Schema:
-        return pa.schema([self._arrow_schema.field(c) for c in self.columns])
+        return pa.schema([self._pruned[c].arrow_field() if c in self._pruned
+                          else self._arrow_schema.field(c) for c in self.columns])
 
     # --- planning --------------------------------------------------------------
 
@@ -360,7 +382,8 @@ class Scan(ArrowExport):
         if mask is not None and mask.key_columns() - set(columns):
             columns = [n for n in schema.names if n in set(columns) | mask.key_columns()]
         file_cols, presents, missing = by_field_id(footer, schema, columns)
-        col_idx = footer.column_indexes(file_cols)
+        column_leaves, conform = self._leaves(footer, file_cols, presents)
+        col_idx = sorted({i for leaves in column_leaves for i in leaves})
         rename = dict(zip(file_cols, presents, strict=False))
         widened = any(_widened(footer.arrow_schema.field(src).type,
                                schema.field(dst).arrow_type) for src, dst in rename.items())
@@ -389,7 +412,26 @@ class Scan(ArrowExport):
         dictionary = frozenset(src for src, dst in rename.items() if dst not in keys and _text(
             footer.arrow_schema.field(src).type, schema.field(dst).arrow_type))
         return FileTask(f, footer, groups, footer.chunk_bytes(groups, col_idx), file_cols, mask,
-                        tuple(presents), tuple(missing), widened, dictionary)
+                        tuple(presents), tuple(missing), widened, dictionary,
+                        column_leaves, conform)
+
+    def _leaves(self, footer: FooterInfo, file_cols: list[str], presents: list[str]
+                ) -> tuple[tuple[tuple[int, ...], ...], tuple[Field | None, ...]]:
+        """The leaf columns to read of each of a file's ``file_cols`` (presenting
+        table columns ``presents``) and the field each is conformed to (None: as
+        stored).  A file read only for its row count (``presents`` empty) reads
+        one leaf."""
+        spans = footer.leaf_spans
+        if not presents:
+            return ((spans[file_cols[0]].first,),), (None,)
+        leaves: list[tuple[int, ...]] = []
+        conform: list[Field | None] = []
+        for src, dst in zip(file_cols, presents, strict=True):
+            want = self._read_fields.get(dst) or self.table_schema.field(dst)
+            span = spans[src]
+            leaves.append(tuple(_leaves_for(span, want)))
+            conform.append(want if _needs_conform(span.field, want) else None)
+        return tuple(leaves), tuple(conform)
 
     def plan(self) -> ScanPlan:
         if self._plan is not None:
@@ -621,12 +663,24 @@ class Scan(ArrowExport):
         """Decode one row group of ``pf`` and finish it (see :meth:`_finish`)."""
         rg, _, rows = span
         try:
-            table = pf.read_row_group(rg, columns=task.columns, use_threads=column_threads)
+            if task.footer.flat:
+                table = pf.read_row_group(rg, columns=task.columns, use_threads=column_threads)
+            else:  # by leaf index: a nested column's projected fields only, and never
+                # by a dotted path (a top-level name may contain dots)
+                table = pf.reader.read_row_group(rg, column_indices=task.column_indexes,
+                                                 use_threads=column_threads)
         except (OSError, pa.ArrowException) as e:
             raise CorruptMetadata(task.file.path, f"unreadable column data ({e})") from None
+        if table.column_names != task.columns:
+            table = table.select(task.columns)
+        if any(f is not None for f in task.conform):
+            spans = task.footer.leaf_spans
+            table = _conform(table, [None if want is None else (_with_ids(
+                table.schema.field(i), spans[task.columns[i]].field), want)
+                for i, want in enumerate(task.conform)], task.file.path)
         if task.evolved:
-            table = _present(table, task, self._arrow_schema)
-        table = _cast_to(table, self._arrow_schema, task.table_columns, task.file.path)
+            table = _present(table, task, self._read_schema)
+        table = _cast_to(table, self._read_schema, task.table_columns, task.file.path)
         if table.num_rows != rows:
             raise CorruptMetadata(task.file.path, f"decoded {table.num_rows} rows where the "
                                   f"footer promises {rows}")
@@ -658,8 +712,12 @@ class Scan(ArrowExport):
                 table = drop_deleted(table, dead, expand)
             if bound is not None:
                 table = filter_table(table, bound)
-        return _expand(table.select([*self.columns, POSITION] if with_positions
-                                    else self.columns), self._arrow_schema, path)
+        table = table.select([*self.columns, POSITION] if with_positions else self.columns)
+        if self._trim:
+            table = _conform(table, [(self._read_fields[n].arrow_field(), self._trim[n])
+                                     if n in self._trim else None
+                                     for n in table.column_names], path)
+        return _expand(table, self._arrow_schema, path)
 
     def matching_rows(self) -> Iterator[tuple[FileTask, pa.Table]]:
         """Per segment of a work unit, in scan order: its file, and the projected
@@ -866,8 +924,8 @@ def _dictionary_columns(task: FileTask, rg: int, chunks: frozenset[tuple[int, in
     than decoding it plain)."""
     if not task.dictionary:
         return ()
-    return tuple(name for name, c in zip(task.columns, task.column_indexes, strict=True)
-                 if name in task.dictionary and (rg, c) in chunks)
+    return tuple(name for name, leaves in zip(task.columns, task.column_leaves, strict=True)
+                 if name in task.dictionary and (rg, leaves[0]) in chunks)
 
 
 def _expand(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
@@ -1005,6 +1063,146 @@ def _present(table: pa.Table, task: FileTask, schema: pa.Schema) -> pa.Table:
         arrays.append(col)
         names.append(name)
     for name in task.missing:
-        arrays.append(pa.nulls(table.num_rows).cast(schema.field(name).type))
+        arrays.append(pa.nulls(table.num_rows, schema.field(name).type))
         names.append(name)
     return pa.Table.from_arrays(arrays, names=names)
+
+
+# --- nested columns: which leaves to read, and conforming what was read -------------
+
+
+def projection(schema: TableSchema, columns: Sequence[str]) -> tuple[list[str], dict[str, Field]]:
+    """The top-level columns a projection returns, in the order first named, and
+    for each named only by nested paths (``dev.os``, ``items.element.price``) its
+    field cut down to those paths: the column keeps its shape (``dev:
+    struct<os>``), as Spark's nested column pruning gives it.  A column named
+    whole (``dev``) is returned whole.  Names resolve as in a predicate: exact,
+    else unique ignoring case (UnknownColumn / AmbiguousColumn otherwise)."""
+    tops: list[str] = []
+    paths: dict[str, list[tuple[str, ...]]] = {}
+    for c in columns:
+        top, rest = resolve_path(schema, c)
+        if top not in paths:
+            tops.append(top)
+            paths[top] = []
+        paths[top].append(rest)
+    return tops, {t: _prune(schema.field(t), paths[t]) for t in tops if all(paths[t])}
+
+
+def _match(name: str, names: Sequence[str]) -> str | None:
+    """``name`` among ``names``: exact, else the one equal ignoring case (None)."""
+    if name in names:
+        return name
+    folded = [n for n in names if n.casefold() == name.casefold()]
+    return folded[0] if len(folded) == 1 else None
+
+
+def resolve_path(schema: TableSchema, name: str) -> tuple[str, tuple[str, ...]]:
+    """The top-level column ``name`` denotes and the path below it (empty: the
+    whole column).  A top-level name that contains dots wins over a nested path."""
+    names = schema.names
+    if name in names:
+        return name, ()
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        top = _match(".".join(parts[:i]), names)
+        if top is None:
+            continue
+        node = schema.field(top)
+        rest: list[str] = []
+        for part in parts[i:]:
+            hit = _match(part, [c.name for c in node.children])
+            if hit is None:
+                break
+            rest.append(hit)
+            node = next(c for c in node.children if c.name == hit)
+        else:
+            return top, tuple(rest)
+    return resolve_column(name, names), ()
+
+
+def top_columns(schema: TableSchema, names: Iterable[str]) -> set[str]:
+    """The top-level columns that ``names`` (columns or nested paths) lie in."""
+    return {resolve_path(schema, n)[0] for n in names}
+
+
+def _prune(f: Field, paths: Sequence[tuple[str, ...]]) -> Field:
+    """``f`` with only the nested fields on ``paths`` (relative to ``f``; an empty
+    path keeps all of ``f``).  A map is kept whole."""
+    if not f.nested or f.type == MAP or any(not p for p in paths):
+        return f
+    kids = [_prune(c, [p[1:] for p in paths if p[0] == c.name])
+            for c in f.children if any(p[0] == c.name for p in paths)]
+    return replace(f, children=tuple(kids))
+
+
+def _leaves_for(span: LeafSpan, want: Field) -> list[int]:
+    """The leaf columns of a stored column (``span``) to read to present it as
+    ``want``: those of the fields ``want`` has, matched by field id at every level
+    (a dropped field's are not read).  When none of them is stored, one leaf of
+    the node, so its own nulls (and a list's lengths) are still known."""
+    if not want.nested or want.type == MAP or not span.children:
+        return list(span.leaves)
+    out: list[int] = []
+    for c in want.children:
+        hit = span.child_by_id(c.id)
+        if hit is not None:
+            out.extend(_leaves_for(hit, c))
+    return out or [span.first]
+
+
+def _needs_conform(stored: pa.Field[Any], want: Field) -> bool:
+    """Whether a stored column is presented through ``conform_column``: every
+    nested one (matched by field id at every level), and a primitive Parquet
+    stores in another type (``time32[s]`` as milliseconds, ``date64`` as days,
+    ``decimal32``/``decimal64``, ``uuid``).  Equal types, string widths,
+    timestamp units and widenings go through the flat path (:func:`_cast_to`)."""
+    if want.nested:
+        return True
+    t = want.arrow_type
+    if stored.type.equals(t) or pa.types.is_dictionary(stored.type):
+        return False
+    return not (_same_values(stored.type, t) or _widened(stored.type, t))
+
+
+def _conform(table: pa.Table, fields: Sequence[tuple[pa.Field[Any], Field] | None], path: str
+             ) -> pa.Table:
+    """``table`` with each column whose entry in ``fields`` is ``(stored, want)``
+    presented as ``want``'s type (by field id at every level, the ids read from
+    ``stored``, the column's field; its own name is kept).  A stored column that
+    cannot be presented so is CorruptMetadata naming ``path``."""
+    for i, entry in enumerate(fields):
+        if entry is None:
+            continue
+        stored, want = entry
+        target = want.arrow_type
+        try:
+            col = conform_column(table.column(i), stored, want)
+            if str(col.type) != str(target):  # e.g. a map's entries under another name
+                col = col.cast(target)
+        except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise CorruptMetadata(path, f"column {stored.name!r} cannot be read as the table "
+                                  f"schema's {target} ({e})") from None
+        table = table.set_column(i, want.arrow_field().with_name(stored.name), col)
+    return table
+
+
+def _with_ids(read: pa.Field[Any], stored: pa.Field[Any]) -> pa.Field[Any]:
+    """``read`` (a column as pyarrow decoded some of its leaves) with the field ids
+    of ``stored`` (the file's whole column) at every level: pyarrow drops a list
+    element's id when it reads only some of the element's fields.  Struct fields
+    are matched by name (the file's own names), a list's element and a map's key
+    and value by position."""
+    t, st = read.type, stored.type
+    out: Any = t
+    if pa.types.is_struct(t) and pa.types.is_struct(st):
+        by_name = {f.name: f for f in st}
+        out = pa.struct([_with_ids(c, by_name[c.name]) if c.name in by_name else c for c in t])
+    elif pa.types.is_list(t) and pa.types.is_list(st):
+        out = pa.list_(_with_ids(t.value_field, st.value_field))
+    elif pa.types.is_large_list(t) and pa.types.is_large_list(st):
+        out = pa.large_list(_with_ids(t.value_field, st.value_field))
+    elif pa.types.is_map(t) and pa.types.is_map(st):
+        out = _pa.map_(_with_ids(t.key_field, st.key_field),
+                       _with_ids(t.item_field, st.item_field), keys_sorted=t.keys_sorted)
+    return pa.field(read.name, out, read.nullable, metadata=stored.metadata)
