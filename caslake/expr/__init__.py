@@ -5,21 +5,25 @@ else -- it never reads files, storage or table metadata:
 
 1. build an unbound :class:`Expr` with the Python API (``col("id") > 5``,
    ``col("a") > col("b")``, ``col("t").like("N1%")``, ``func("lower", ...)``,
-   arithmetic, ``&``, ``|``, ``~``) or :func:`parse_sql` a SQL string
-   (parsed by sqlglot);
+   arithmetic, ``&``, ``|``, ``~``; nested data: ``col("device")["os"]``,
+   ``col("tags").contains("x")``, ``col("attrs").element_at("k")``,
+   ``col("tags").cardinality()``) or :func:`parse_sql` a SQL string
+   (parsed by sqlglot: ``device.os = 'ios'``, ``array_contains(tags, 'x')``,
+   ``attrs['k'] IS NULL``, ...);
 2. :func:`bind` it to a ``pyarrow.Schema`` (column names resolve
    case-insensitively when unambiguous; unknown columns and type errors are
    raised here) to get a :class:`BoundExpr`;
 3. filter rows exactly with :func:`to_arrow` (a ``pyarrow.compute.Expression``
    with SQL NULL semantics) or :func:`filter_table`, and skip files / row
    groups with :func:`might_match` over :class:`ColumnStats` (comparisons,
-   IN, BETWEEN, IS NULL and LIKE 'prefix%' prune; everything else is
-   evaluated after reading).
+   IN, BETWEEN, IS NULL and LIKE 'prefix%' on columns and struct leaves
+   prune -- :func:`pruning_paths` lists the statistics a predicate reads;
+   everything else is evaluated after reading).
 
 :func:`compile_where` does 1-2 for whatever a caller passed as ``where``.
 Every bad predicate raises :class:`~caslake.errors.InvalidPredicate` or one of
 its subclasses (``UnknownColumn``, ``AmbiguousColumn``, ``UnknownFunction``,
-``PredicateSyntaxError``, ``UnsupportedExpression``,
+``UnknownField``, ``PredicateSyntaxError``, ``UnsupportedExpression``,
 ``PredicateEvaluationError``) and nothing else.
 """
 
@@ -31,7 +35,7 @@ import pyarrow as pa
 
 from caslake.errors import InvalidPredicate
 from caslake.expr.arrow import filter_table, is_computed, predicate_mask, to_arrow
-from caslake.expr.bind import BoundExpr, bind, resolve_column
+from caslake.expr.bind import BoundExpr, UnknownField, bind, path_type, resolve_column, stats_key
 from caslake.expr.nodes import (
     FALSE,
     TRUE,
@@ -44,19 +48,21 @@ from caslake.expr.nodes import (
     Const,
     Expr,
     Func,
+    GetField,
     In,
     IsNull,
     Like,
     Literal,
     Not,
     Or,
+    Subscript,
     Value,
     col,
     func,
     lit,
     referenced_columns,
 )
-from caslake.expr.prune import ColumnStats, might_match
+from caslake.expr.prune import ColumnStats, StatsKey, might_match, pruning_paths
 from caslake.expr.sql import parse_sql
 
 __all__ = [
@@ -73,12 +79,16 @@ __all__ = [
     "Const",
     "Expr",
     "Func",
+    "GetField",
     "In",
     "IsNull",
     "Like",
     "Literal",
     "Not",
     "Or",
+    "StatsKey",
+    "Subscript",
+    "UnknownField",
     "Value",
     "bind",
     "col",
@@ -89,9 +99,12 @@ __all__ = [
     "lit",
     "might_match",
     "parse_sql",
+    "path_type",
     "predicate_mask",
+    "pruning_paths",
     "referenced_columns",
     "resolve_column",
+    "stats_key",
     "to_arrow",
 ]
 

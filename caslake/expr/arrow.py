@@ -14,8 +14,12 @@ for NaN), ``and_kleene``/``or_kleene``/``invert`` (Kleene logic), and fixes the
 two places where Arrow is not SQL: ``is_in`` returns FALSE (not NULL) for a
 NULL input, and it tells ``0.0`` from ``-0.0``.  Computed values (functions,
 arithmetic, CAST) come from :mod:`caslake.expr.functions`; LIKE patterns are
-rewritten for ``match_like``.  It never reads data, never re-checks types
-(binding did) and never raises for a :class:`BoundExpr`; a computed value can
+rewritten for ``match_like``; struct fields are ``struct_field`` (NULL where
+any struct above is NULL).  Functions on lists and maps
+(:mod:`caslake.expr.nested`) have no Arrow expression: :func:`filter_table`
+computes them on the table's columns and :func:`to_arrow` refuses them
+(``UnsupportedExpression``).  It never reads data, never re-checks types
+(binding did) and never raises for any other :class:`BoundExpr`; a computed value can
 still fail on the data (a CAST that cannot convert), which callers evaluating
 through :func:`filter_table` see as
 :class:`~caslake.errors.PredicateEvaluationError`.
@@ -47,11 +51,13 @@ from caslake.expr.functions import (
     null_scalar,
 )
 from caslake.expr.nodes import (
+    NESTED_FUNCTIONS,
     And,
     Column,
     Compare,
     Const,
     Expr,
+    Func,
     In,
     IsNull,
     Like,
@@ -59,10 +65,14 @@ from caslake.expr.nodes import (
     Not,
     Or,
     Value,
+    leaves,
+    operands,
+    value_path,
 )
 from caslake.expr.vector import arrow_mask, evaluate
 
-__all__ = ["filter_table", "is_computed", "kernel_mask", "predicate_mask", "to_arrow"]
+__all__ = ["filter_table", "is_computed", "kernel_mask", "predicate_mask", "to_arrow",
+           "uses_nested_functions"]
 
 _COMPARE: Final[dict[str, Callable[..., Any]]] = {
     "=": pc.equal,
@@ -90,7 +100,7 @@ class _Translator:
 
     def __init__(self, bound: BoundExpr, table: pa.Table | None = None) -> None:
         self.schema = bound.schema
-        self.values = ValueBuilder(bound.schema, for_filter=True)
+        self.values = ValueBuilder(bound.schema, for_filter=True, table=table)
         self.table = table
 
     def value(self, node: Value) -> tuple[Any, pa.DataType]:
@@ -164,24 +174,32 @@ def to_arrow(bound: BoundExpr) -> pc.Expression:
 def is_computed(bound: BoundExpr) -> bool:
     """True when some leaf is not a simple column-vs-literal test, i.e. the
     predicate computes values (and may fail on data, e.g. a CAST)."""
-    stack: list[Expr] = [bound.expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (And, Or)):
-            stack.extend((node.left, node.right))
-        elif isinstance(node, Not):
-            stack.append(node.expr)
-        elif isinstance(node, Like):
+    for node in leaves(bound.expr):
+        if isinstance(node, Like):
             return True
         elif isinstance(node, Compare):
-            if not (isinstance(node.left, Column) and isinstance(node.right, Literal)):
+            if not (value_path(node.left) is not None and isinstance(node.right, Literal)):
                 return True
         elif isinstance(node, (In, IsNull)):
-            if not isinstance(node.column, Column):
+            if value_path(node.column) is None:
                 return True
         elif isinstance(node, Const) and node.unless_null is not None \
-                and not isinstance(node.unless_null, Column):
+                and value_path(node.unless_null) is None:
             return True
+    return False
+
+
+def uses_nested_functions(bound: BoundExpr) -> bool:
+    """True when some value is a function on lists or maps (see
+    :mod:`caslake.expr.nested`): such a predicate is evaluated on the data, as it
+    has no ``pyarrow.compute.Expression``."""
+    for leaf in leaves(bound.expr):
+        values: list[Value] = list(operands(leaf))
+        while values:
+            value = values.pop()
+            if isinstance(value, Func) and value.name in NESTED_FUNCTIONS:
+                return True
+            values.extend(operands(value))
     return False
 
 
@@ -226,8 +244,9 @@ def filter_table(table: pa.Table, bound: BoundExpr) -> pa.Table:
     a number, an integer overflow) raises
     :class:`~caslake.errors.PredicateEvaluationError`, never a pyarrow error.
     """
-    if not is_computed(bound):
-        keep = predicate_mask(table, bound)
+    if not is_computed(bound) or uses_nested_functions(bound):
+        keep = predicate_mask(table, bound) if not is_computed(bound) else \
+            kernel_mask(table, bound)
         if isinstance(keep, pa.Scalar):  # a constant predicate
             return table if keep.as_py() is True else table.slice(0, 0)
         return table.filter(keep)

@@ -12,6 +12,17 @@ case-insensitive match; several case-insensitive matches raise
 :class:`~caslake.errors.AmbiguousColumn`.  The bound tree uses the schema's
 spelling.
 
+Nested values: struct fields (``device.os``, ``device['os']``, and
+``col("device.os")`` when no column is called ``device.os``) resolve the same
+way at every level, and a field the struct lacks raises :class:`UnknownField`
+naming the full path and the struct's fields.  ``x[key]`` is a struct's
+field or a map's value (``element_at``); lists are not subscripted (use
+``element_at``, 1-based).  ``element_at``, ``array_contains`` and
+``cardinality`` (also ``length`` of a list or map) check their list or map
+argument, and their literal key or value is placed exactly in the key or
+element type (one no value of that type equals is refused); what they compute
+is :mod:`caslake.expr.nested`.
+
 Representation
 --------------
 :func:`bind` returns a :class:`BoundExpr`: the schema it was bound against, the
@@ -24,8 +35,9 @@ or NULL, row by row) of the source predicate, and:
 * uses only :class:`Compare`, :class:`In`, :class:`IsNull`, :class:`Like`,
   :class:`Not`, :class:`And`, :class:`Or` and :class:`Const` -- ``BETWEEN``
   becomes ``>= AND <=``;
-* a leaf is *simple* when its tested value is a :class:`Column` and the other
-  side a literal (``Compare(col, Literal)``, ``In(col, ...)``,
+* a leaf is *simple* when its tested value is a :class:`Column` -- or a field
+  of a struct column, at any depth (``GetField`` chains: ``device.os``) --
+  and the other side a literal (``Compare(col, Literal)``, ``In(col, ...)``,
   ``IsNull(col)``): only simple leaves are pruned with statistics.  Any other
   leaf is *computed* -- column against column, arithmetic, functions, CAST,
   LIKE -- and is evaluated exactly after reading; a literal compared with a
@@ -104,6 +116,7 @@ from caslake.expr.functions import (
 )
 from caslake.expr.nodes import (
     FALSE,
+    NESTED_FUNCTIONS,
     TRUE,
     And,
     Arith,
@@ -114,6 +127,7 @@ from caslake.expr.nodes import (
     Const,
     Expr,
     Func,
+    GetField,
     In,
     IsNull,
     Like,
@@ -121,14 +135,20 @@ from caslake.expr.nodes import (
     LiteralValue,
     Not,
     Or,
+    Subscript,
     Value,
     describe_value,
     iter_chain,
     referenced_columns,
+    render_literal,
     to_sql,
+    value_path,
 )
 
-__all__ = ["BoundExpr", "bind", "is_float_type", "resolve_column", "string_successor"]
+__all__ = [
+    "BoundExpr", "UnknownField", "bind", "is_float_type", "path_type", "resolve_column",
+    "stats_key", "string_successor",
+]
 
 _NEGATE_OP: Final[dict[str, str]] = {
     "=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<",
@@ -185,6 +205,46 @@ class BoundExpr:
 def is_float_type(arrow_type: pa.DataType) -> bool:
     """True for the float types a predicate may compare (float32, float64)."""
     return bool(pa.types.is_float32(arrow_type) or pa.types.is_float64(arrow_type))
+
+
+class UnknownField(UnknownColumn):
+    """A predicate names a field a struct does not have.  ``column`` is the full
+    dotted path (``device.osx``), ``parent`` the struct's path (``device``) and
+    ``available`` the fields the struct has."""
+
+    def __init__(self, path: str, parent: str, available: list[str]) -> None:
+        InvalidPredicate.__init__(
+            self, f"unknown field {path!r}: struct {parent!r} has fields "
+                  f"{', '.join(available) or '(none)'}")
+        self.column = path
+        self.parent = parent
+        self.available = available
+
+
+def path_type(schema: pa.Schema, path: Sequence[str]) -> pa.DataType | None:
+    """The Arrow type at ``path`` (a column, then struct field names), or None
+    when the schema has no such struct path (exact names, as in a bound tree)."""
+    if path[0] not in schema.names:
+        return None
+    t: pa.DataType = schema.field(path[0]).type
+    for name in path[1:]:
+        if not pa.types.is_struct(t):
+            return None
+        index = t.get_field_index(name)
+        if index < 0:
+            return None
+        t = t.field(index).type
+    return t
+
+
+def stats_key(value: Value) -> str | tuple[str, ...] | None:
+    """The key of ``value``'s statistics in what :func:`~caslake.expr.might_match`
+    reads: a column's name, the tuple of names of a struct leaf (``("device",
+    "os")``), or None for a value without statistics."""
+    path = value_path(value)
+    if path is None:
+        return None
+    return path[0] if len(path) == 1 else path
 
 
 # --- literal coercion -------------------------------------------------------
@@ -472,6 +532,19 @@ def resolve_column(name: str, names: Sequence[str]) -> str:
     raise AmbiguousColumn(name, matches)
 
 
+def _resolve_field(name: str, struct: pa.StructType, parent: Value) -> str:
+    """The struct's name for field ``name`` of ``parent`` (resolved as columns are);
+    UnknownField / AmbiguousColumn name the full path."""
+    names = [struct.field(i).name for i in range(struct.num_fields)]
+    path = str(GetField(parent, name))
+    try:
+        return resolve_column(name, names)
+    except AmbiguousColumn as exc:
+        raise AmbiguousColumn(path, [str(GetField(parent, n)) for n in exc.candidates]) from None
+    except UnknownColumn:
+        raise UnknownField(path, str(parent), names) from None
+
+
 def _like_prefix(pattern: str, escape: str | None) -> tuple[str, str]:
     """(the literal text before the first wildcard, the rest of the pattern)."""
     out: list[str] = []
@@ -513,17 +586,140 @@ class _Binder:
         self.names = list(schema.names)
         self.values = ValueBuilder(schema, for_filter=False)
 
-    def resolve(self, column: Column) -> tuple[Column, pa.DataType]:
-        name = resolve_column(column.name, self.names)
+    def resolve(self, column: Column) -> tuple[Value, pa.DataType]:
+        """The column (or, for ``col("device.os")`` when no column has that name,
+        the struct field it names) under the schema's names, and its type."""
+        try:
+            name = resolve_column(column.name, self.names)
+        except UnknownColumn:
+            dotted = self.resolve_dotted(column.name)
+            if dotted is None:
+                raise
+            return dotted, self.type_of(dotted)
         resolved = column if name == column.name else Column(name)
         return resolved, self.schema.field(name).type
 
+    def resolve_dotted(self, name: str) -> Value | None:
+        """``a.b.c`` as field ``b.c`` of column ``a`` (the longest leading part that
+        names a column wins, as in the table schema's ``find_path``); None when no
+        leading part names a column."""
+        parts = name.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            try:
+                top = resolve_column(".".join(parts[:i]), self.names)
+            except UnknownColumn:
+                continue
+            value: Value = Column(top)
+            for part in parts[i:]:
+                value = self.resolve_inside(GetField(value, part))
+            return value
+        return None
+
+    def type_of(self, value: Value) -> pa.DataType:
+        """The Arrow type of an already resolved value."""
+        t: pa.DataType = self.schema.field(value.name).type if isinstance(value, Column) \
+            else self.values.build(value)[1]
+        return t
+
+    def resolve_field(self, value: Value, name: str) -> Value:
+        """Field ``name`` of the resolved ``value``, which must be a struct."""
+        t = self.type_of(value)
+        if not pa.types.is_struct(t):
+            hint = ""
+            if pa.types.is_map(t):
+                hint = f"; a map's value is {value}[{render_literal(name)}] or element_at"
+            elif pa.types.is_list(t) or pa.types.is_large_list(t):
+                hint = "; take an element first: element_at(list, position)"
+            raise InvalidPredicate(
+                f"cannot read field {name!r} of {value}: it is {t}, not a struct{hint}")
+        return GetField(value, _resolve_field(name, t, value))
+
+    def resolve_subscript(self, value: Value, key: Literal) -> Value:
+        """``value[key]``: a struct's field or a map's value for ``key``."""
+        t = self.type_of(value)
+        if pa.types.is_struct(t):
+            if not isinstance(key.value, str):
+                raise InvalidPredicate(
+                    f"a field of struct {value} is named by a string, got "
+                    f"{describe_value(key.value)}")
+            return self.resolve_field(value, key.value)
+        if pa.types.is_map(t):
+            return self.nested_function(Func("element_at", (value, key)))
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            raise InvalidPredicate(
+                f"{value}[{render_literal(key.value)}]: lists are not subscripted (Spark counts "
+                f"from 0, DuckDB from 1); use element_at({value}, position), counting from 1")
+        raise InvalidPredicate(f"cannot subscript {value} of type {t}: it is not a struct or map")
+
+    def nested_function(self, func: Func) -> Value:
+        """A function on lists and maps with resolved arguments: its literal key or
+        value placed exactly in the element, key or value type."""
+        base = func.args[0]
+        t = self.type_of(base)
+        name = func.name
+        is_list = pa.types.is_list(t) or pa.types.is_large_list(t)
+        if name == "length" and (is_list or pa.types.is_map(t)):
+            name = "cardinality"
+        if name == "cardinality" or name == "length":
+            if not (is_list or pa.types.is_map(t)):
+                if name == "length":
+                    return func
+                raise InvalidPredicate(
+                    f"cardinality() takes a list or a map, got {describe_typed(base, t)}")
+            return Func("cardinality", (base,))
+        arg = func.args[1]
+        if not isinstance(arg, Literal):
+            raise InvalidPredicate(f"{name}() needs a literal as its second argument, got {arg}")
+        if name == "element_at" and is_list:
+            position = arg.value
+            if not isinstance(position, int) or isinstance(position, bool) or position == 0 \
+                    or not _INT64_MIN < position <= _INT64_MAX:
+                raise InvalidPredicate(
+                    f"element_at({base}, {arg}): a list position is a non-zero integer "
+                    "(1 is the first element, -1 the last)")
+            return Func(name, (base, arg))
+        if name == "element_at" and pa.types.is_map(t):
+            key_type: pa.DataType = cast(Any, t).key_type
+            return Func(name, (base, self.exact_literal(key_type, arg, f"key of map {base}")))
+        if name == "array_contains" and is_list:
+            element_type: pa.DataType = cast(Any, t).value_type
+            return Func(name, (base, self.exact_literal(
+                element_type, arg, f"element of list {base}")))
+        takes = "a list or a map" if name == "element_at" else "a list"
+        raise InvalidPredicate(f"{name}() takes {takes}, got {describe_typed(base, t)}")
+
+    def exact_literal(self, t: pa.DataType, literal: Literal, what: str) -> Literal:
+        """``literal`` as a value of type ``t``; InvalidPredicate when no value of
+        ``t`` equals it."""
+        placer = _placer(t)
+        if placer is None:
+            raise InvalidPredicate(f"a {what} of type {t} cannot be compared with a literal")
+        try:
+            place = placer(literal.value, t)
+        except _Mismatch as exc:
+            hint = f": {exc.hint}" if exc.hint else ""
+            raise InvalidPredicate(
+                f"{describe_value(literal.value)} cannot be the {what} of type {t}{hint}") from None
+        if not isinstance(place, _Exact):
+            raise InvalidPredicate(
+                f"{describe_value(literal.value)} cannot be a {what}: no value of type {t} "
+                "equals it")
+        return Literal(place.value)
+
     def resolve_inside(self, value: Value) -> Value:
-        """``value`` with every column renamed to its schema name."""
+        """``value`` with every column renamed to its schema name, field accesses
+        and subscripts resolved against the struct and map types."""
         if isinstance(value, Column):
             return self.resolve(value)[0]
+        if isinstance(value, GetField):
+            return self.resolve_field(self.resolve_inside(value.value), value.name)
+        if isinstance(value, Subscript):
+            return self.resolve_subscript(self.resolve_inside(value.value), value.key)
         if isinstance(value, Func):
-            return Func(value.name, tuple(self.resolve_inside(a) for a in value.args))
+            resolved = Func(value.name, tuple(self.resolve_inside(a) for a in value.args))
+            if resolved.name in NESTED_FUNCTIONS or resolved.name == "length":
+                return self.nested_function(resolved)
+            return resolved
         if isinstance(value, Arith):
             return Arith(value.op, self.resolve_inside(value.left),
                          self.resolve_inside(value.right))
@@ -543,7 +739,8 @@ class _Binder:
     def placement(self, value: Value, arrow_type: pa.DataType, literal: Literal,
                   what: str) -> _Placement:
         placer = _placer(arrow_type)
-        shown = f"column {value.name!r}" if isinstance(value, Column) else f"{value}"
+        shown = f"column {value.name!r}" if isinstance(value, Column) else \
+            f"field {str(value)!r}" if isinstance(value, GetField) else f"{value}"
         if placer is None:
             raise InvalidPredicate(
                 f"{shown} of type {arrow_type} supports only IS NULL and "

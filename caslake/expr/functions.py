@@ -39,12 +39,15 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from caslake.errors import InvalidPredicate
+from caslake.errors import InvalidPredicate, UnsupportedExpression
+from caslake.expr.nested import array_contains, cardinality, element_at
 from caslake.expr.nodes import (
+    NESTED_FUNCTIONS,
     Arith,
     Cast,
     Column,
     Func,
+    GetField,
     Like,
     Literal,
     LiteralValue,
@@ -289,9 +292,13 @@ class ValueBuilder:
     naming the operation.
     """
 
-    def __init__(self, schema: pa.Schema, *, for_filter: bool) -> None:
+    def __init__(self, schema: pa.Schema, *, for_filter: bool,
+                 table: pa.Table | None = None) -> None:
         self.schema = schema
         self.for_filter = for_filter
+        # Given a table, the operand is computed on its columns instead of
+        # being an expression (functions on lists and maps have no expression).
+        self.table = table
 
     # Each step runs on a pair (target, sample): ``sample`` is the operation
     # on zero-length arrays, which gives the type and surfaces kernel errors;
@@ -304,7 +311,13 @@ class ValueBuilder:
         if isinstance(value, Column):
             t = self.schema.field(value.name).type
             sample = pa.array([], type=t)
-            return (pc.field(value.name) if self.for_filter else sample), sample
+            if not self.for_filter:
+                return sample, sample
+            if self.table is not None:
+                return self.table.column(value.name), sample
+            return pc.field(value.name), sample
+        if isinstance(value, GetField):
+            return self._field(value)
         if isinstance(value, Literal):
             scalar = literal_scalar(value.value)
             return scalar, scalar
@@ -332,10 +345,45 @@ class ValueBuilder:
             return pair
         return self._run(what, lambda x: x.cast(t), [pair])
 
+    def _field(self, node: GetField) -> tuple[Any, Any]:
+        base = self._pair(node.value)
+        struct = base[1].type
+        index = struct.get_field_index(node.name) if pa.types.is_struct(struct) else -1
+        if index < 0:
+            raise InvalidPredicate(f"{node.value} of type {struct} has no field {node.name!r}")
+        return self._run(f"field {node}", lambda x: pc.struct_field(x, [index]), [base])
+
+    def _nested(self, node: Func) -> tuple[Any, Any]:
+        """A function on a list or map (types and literals checked by binding)."""
+        base = self._pair(node.args[0])
+        t = base[1].type
+        fn: Callable[[Any], Any]
+        if node.name == "cardinality":
+            fn = cardinality
+        else:
+            arg = node.args[1]
+            if not isinstance(arg, Literal):
+                raise InvalidPredicate(f"{node.name}() needs a literal, got {arg}")
+            if node.name == "array_contains":
+                needle = literal_scalar(arg.value, t.value_type)
+                fn = lambda x: array_contains(x, needle)  # noqa: E731
+            elif pa.types.is_map(t):
+                key = literal_scalar(arg.value, t.key_type)
+                fn = lambda x: element_at(x, key)  # noqa: E731
+            else:
+                fn = lambda x: element_at(x, arg.value)  # noqa: E731
+        if self.for_filter and self.table is None:
+            raise UnsupportedExpression(
+                f"{node} has no pyarrow compute expression; evaluate the predicate on "
+                "the data with caslake.expr.filter_table")
+        return self._run(f"function {node.name}()", fn, [base])
+
     def _func(self, node: Func) -> tuple[Any, Any]:
         name = node.name
         if name == "substr":
             return self._substr(node)
+        if name in NESTED_FUNCTIONS:
+            return self._nested(node)
         args = [self._pair(a) for a in node.args]
         families = [type_family(a[1].type) for a in args]
         what = f"function {name}()"

@@ -57,6 +57,7 @@ __all__ = [
     "COMPARE_OPS",
     "FALSE",
     "FUNCTIONS",
+    "NESTED_FUNCTIONS",
     "RESERVED_WORDS",
     "TRUE",
     "And",
@@ -68,6 +69,7 @@ __all__ = [
     "Const",
     "Expr",
     "Func",
+    "GetField",
     "In",
     "IsNull",
     "Like",
@@ -75,17 +77,21 @@ __all__ = [
     "LiteralValue",
     "Not",
     "Or",
+    "Subscript",
     "Value",
     "canonical_type_name",
     "col",
     "describe_value",
     "func",
     "iter_chain",
+    "leaves",
     "lit",
+    "quote_field",
     "quote_identifier",
     "referenced_columns",
     "render_literal",
     "to_sql",
+    "value_path",
 ]
 
 #: Python values a :class:`Literal` may hold.
@@ -110,10 +116,18 @@ FUNCTIONS: Final[dict[str, tuple[int, int]]] = {
     "coalesce": (1, 64), "date": (1, 1), "year": (1, 1), "month": (1, 1),
     "day": (1, 1), "hour": (1, 1), "minute": (1, 1), "second": (1, 1),
     "negate": (1, 1),
+    # nested values (lists, maps): see caslake.expr.nested
+    "element_at": (2, 2), "array_contains": (2, 2), "cardinality": (1, 1),
 }
+#: The functions on lists and maps (evaluated by :mod:`caslake.expr.nested`).
+NESTED_FUNCTIONS: Final = frozenset({"element_at", "array_contains", "cardinality"})
 _FUNCTION_ALIASES: Final[dict[str, str]] = {
     "substring": "substr", "char_length": "length", "character_length": "length",
     "len": "length", "dayofmonth": "day", "to_date": "date",
+    "size": "cardinality", "array_size": "cardinality", "array_length": "cardinality",
+    "list_contains": "array_contains", "list_has": "array_contains",
+    "list_extract": "element_at", "list_element": "element_at",
+    "map_extract_value": "element_at",
 }
 
 #: Type names CAST accepts (upper case) -> canonical spelling.
@@ -398,6 +412,37 @@ class Value(_Node):
         """``CAST(self AS type_name)``, e.g. ``col("x").cast("BIGINT")``."""
         return Cast(self, type_name)
 
+    def field(self, name: str) -> GetField:
+        """The field ``name`` of a struct: ``col("device").field("os")`` is SQL
+        ``device.os``."""
+        return GetField(self, name)
+
+    def __getitem__(self, key: object) -> Subscript:
+        """``self[key]`` as Spark writes it: a struct's field (``device['os']``) or a
+        map's value for ``key`` (``attrs['k']``, NULL when absent).  Lists are not
+        subscripted (Spark counts from 0, DuckDB from 1): use :meth:`element_at`."""
+        return Subscript(self, _as_literal(key, "a subscript"))
+
+    def __iter__(self) -> Iterator[Any]:
+        # __getitem__ would otherwise make every value iterable (forever).
+        raise InvalidPredicate(f"{self} is a value, not a collection; it cannot be iterated")
+
+    def element_at(self, key: object) -> Func:
+        """``element_at(self, key)``: a map's value for ``key``, or a list's element
+        at 1-based position ``key`` (negative counts from the end); NULL when absent."""
+        return Func("element_at", (self, _as_literal(key, "element_at()")))
+
+    def contains(self, value: object) -> Compare:
+        """``array_contains(self, value)``: the list holds ``value`` (FALSE when it
+        does not, NULL when the list is NULL -- as DuckDB's ``list_contains``)."""
+        return Compare("=", Func("array_contains", (self, _as_literal(value, "contains()"))),
+                       Literal(True))
+
+    def cardinality(self) -> Func:
+        """``cardinality(self)``: the number of elements of a list or entries of a
+        map (NULL when it is NULL)."""
+        return Func("cardinality", (self,))
+
     def __str__(self) -> str:
         return render_value(self)
 
@@ -528,6 +573,44 @@ class Cast(Value):
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", _as_value(self.value))
         object.__setattr__(self, "to", canonical_type_name(self.to))
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+@dataclass(frozen=True, eq=False)
+class GetField(Value):
+    """``value.name``: field ``name`` of a struct value (NULL where the struct is
+    NULL).  SQL ``device.os`` and ``col("device").field("os")`` build it; binding
+    resolves ``name`` like a column name (exact, else unique ignoring case)."""
+
+    value: Value
+    name: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", _require_value(self.value, "a field access"))
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidPredicate(
+                f"a field name must be a non-empty string, got {self.name!r:.60}")
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+@dataclass(frozen=True, eq=False)
+class Subscript(Value):
+    """``value[key]`` as Spark writes it: a struct's field (string ``key``) or a
+    map's value (NULL when the key is absent).  Binding decides which by the
+    value's type; lists are refused (use ``element_at``, 1-based)."""
+
+    value: Value
+    key: Literal
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", _require_value(self.value, "a subscript"))
+        key = _as_literal(self.key, "a subscript")
+        _reject_null(key, "a subscript with")
+        object.__setattr__(self, "key", key)
 
     def __hash__(self) -> int:
         return hash(self._key())
@@ -869,6 +952,19 @@ def iter_chain(expr: Expr, kind: type[And] | type[Or]) -> list[Expr]:
     return out
 
 
+def leaves(expr: Expr) -> Iterator[Expr]:
+    """Every predicate below ``expr`` that is not AND, OR or NOT, without recursion."""
+    stack: list[Expr] = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (And, Or)):
+            stack.extend((node.right, node.left))
+        elif isinstance(node, Not):
+            stack.append(node.expr)
+        else:
+            yield node
+
+
 def _children(node: Expr) -> Iterator[Expr]:
     if isinstance(node, (And, Or)):
         yield node.left
@@ -892,8 +988,11 @@ def operands(node: Expr | Value) -> Iterator[Value]:
         yield node.unless_null
     elif isinstance(node, Func):
         yield from node.args
-    elif isinstance(node, Cast):
+    elif isinstance(node, Cast | GetField):
         yield node.value
+    elif isinstance(node, Subscript):
+        yield node.value
+        yield node.key
 
 
 def value_columns(value: Value) -> Iterator[str]:
@@ -985,7 +1084,39 @@ def render_value(value: Value) -> str:
         return f"({render_value(value.left)} {value.op} {render_value(value.right)})"
     if isinstance(value, Cast):
         return f"CAST({render_value(value.value)} AS {value.to})"
+    if isinstance(value, GetField):
+        return f"{_render_base(value.value)}.{quote_field(value.name)}"
+    if isinstance(value, Subscript):
+        return f"{_render_base(value.value)}[{render_literal(value.key.value)}]"
     raise InvalidPredicate(f"not a value node: {type(value).__name__}")
+
+
+def _render_base(value: Value) -> str:
+    """A value written before ``.field`` or ``[key]``: columns, field accesses and
+    subscripts as they are, anything else in parentheses."""
+    text = render_value(value)
+    return text if isinstance(value, Column | GetField | Subscript) else f"({text})"
+
+
+def quote_field(name: str) -> str:
+    """A struct field's name after a dot: bare when possible, else double-quoted."""
+    if _BARE_IDENTIFIER.fullmatch(name) and name.upper() not in RESERVED_WORDS:
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+def value_path(value: Value) -> tuple[str, ...] | None:
+    """``("device", "os")`` for ``device.os`` (a column or a chain of field accesses
+    on one), else None.  In a bound tree every such chain goes through structs
+    only, so the path names one column of the data files (with statistics)."""
+    names: list[str] = []
+    while isinstance(value, GetField):
+        names.append(value.name)
+        value = value.value
+    if not isinstance(value, Column):
+        return None
+    names.append(value.name)
+    return tuple(reversed(names))
 
 
 def _render_between(node: Between, keyword: str) -> str:

@@ -43,11 +43,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from caslake.errors import InvalidPredicate
-from caslake.expr.bind import BoundExpr, is_float_type
-from caslake.expr.nodes import And, Column, Compare, Const, Expr, In, IsNull, Like, Literal, Not, Or
+from caslake.expr.bind import BoundExpr, is_float_type, path_type, stats_key
+from caslake.expr.nodes import (
+    And,
+    Compare,
+    Const,
+    Expr,
+    In,
+    IsNull,
+    Like,
+    Literal,
+    Not,
+    Or,
+    leaves,
+    value_path,
+)
 from caslake.format.stats import ColumnStats
 
-__all__ = ["ColumnStats", "might_match"]
+__all__ = ["ColumnStats", "StatsKey", "StatsMap", "might_match", "pruning_paths"]
 
 
 _UNKNOWN = ColumnStats(None, None, None)
@@ -59,28 +72,34 @@ def _bound(value: Any) -> Any | None:
     return value
 
 
+StatsKey = str | tuple[str, ...]
+#: What :func:`might_match` reads: statistics by column name or struct leaf path.
+StatsMap = Mapping[str, ColumnStats] | Mapping[tuple[str, ...], ColumnStats] \
+    | Mapping[StatsKey, ColumnStats]
+
+
 class _Pruner:
-    def __init__(self, bound: BoundExpr, stats: Mapping[str, ColumnStats],
-                 row_count: int) -> None:
+    def __init__(self, bound: BoundExpr, stats: StatsMap, row_count: int) -> None:
         self.schema = bound.schema
-        self.stats = stats
+        self.stats: Mapping[Any, ColumnStats] = stats
         self.row_count = row_count
 
-    def column_stats(self, name: str) -> ColumnStats:
+    def column_stats(self, name: StatsKey) -> ColumnStats:
         stats = self.stats.get(name)
         return stats if isinstance(stats, ColumnStats) else _UNKNOWN
 
-    def may_have_values(self, name: str) -> bool:
+    def may_have_values(self, name: StatsKey) -> bool:
         """Could the column hold a non-null value in this chunk?"""
         null_count = self.column_stats(name).null_count
         return null_count is None or null_count < self.row_count
 
-    def may_have_nulls(self, name: str) -> bool:
+    def may_have_nulls(self, name: StatsKey) -> bool:
         null_count = self.column_stats(name).null_count
         return null_count is None or null_count > 0
 
-    def is_float(self, name: str) -> bool:
-        return is_float_type(self.schema.field(name).type)
+    def is_float(self, name: StatsKey) -> bool:
+        t = path_type(self.schema, (name,) if isinstance(name, str) else name)
+        return t is None or is_float_type(t)  # unknown: assume the worst (NaN)
 
     def visit(self, node: Expr, negated: bool) -> bool:
         """Could some row make ``node`` TRUE (or FALSE, when ``negated``)?"""
@@ -98,25 +117,26 @@ class _Pruner:
 
     def leaf(self, node: Expr, negated: bool) -> bool:
         if isinstance(node, IsNull):
-            if not isinstance(node.column, Column):
+            key = stats_key(node.column)
+            if key is None:
                 return True  # a computed value: statistics say nothing
-            name = node.column.name
-            return self.may_have_values(name) if negated else self.may_have_nulls(name)
+            return self.may_have_values(key) if negated else self.may_have_nulls(key)
         if isinstance(node, Const):
             value = node.value != negated
             if not value:
                 return False
-            guard = node.unless_null
-            return not isinstance(guard, Column) or self.may_have_values(guard.name)
+            guard = None if node.unless_null is None else stats_key(node.unless_null)
+            return guard is None or self.may_have_values(guard)
         if isinstance(node, Like):
             return True  # evaluated after reading; a prefix range beside it prunes
         if isinstance(node, (Compare, In)):
             tested = node.left if isinstance(node, Compare) else node.column
-            if not isinstance(tested, Column):
+            key = stats_key(tested)
+            if key is None:
                 return True  # a computed value: statistics say nothing
             if isinstance(node, Compare) and not isinstance(node.right, Literal):
                 return True  # column against column or expression
-            name = tested.name
+            name = key
             if not self.may_have_values(name):
                 return False  # every value is NULL: the test is NULL on every row
             if negated and self.is_float(name):
@@ -141,7 +161,7 @@ class _Pruner:
                 return True  # statistics of an unexpected type: cannot judge
         raise InvalidPredicate(f"not a bound predicate node: {type(node).__name__}")
 
-    def compare(self, op: str, value: Any, low: Any, high: Any, name: str) -> bool:
+    def compare(self, op: str, value: Any, low: Any, high: Any, name: StatsKey) -> bool:
         """Could some non-null value ``x`` in ``[low, high]`` satisfy ``x op value``?"""
         if op == "=":
             return (low is None or low <= value) and (high is None or value <= high)
@@ -158,12 +178,17 @@ class _Pruner:
         return high is None or high >= value  # ">="
 
 
-def might_match(bound: BoundExpr, stats: Mapping[str, ColumnStats], row_count: int) -> bool:
+def might_match(bound: BoundExpr, stats: StatsMap, row_count: int) -> bool:
     """Could some row of a chunk with these statistics satisfy ``bound``?
 
-    ``stats`` maps column names to their :class:`ColumnStats`; a column missing
-    from it is unknown.  ``row_count`` is the chunk's exact row count (an empty
-    chunk matches nothing).  Sound: False only when no row can match.
+    ``stats`` maps column names -- and, for a leaf inside structs, the tuple of
+    names from the column down (``("device", "os")``, see
+    :func:`~caslake.expr.bind.stats_key`) -- to their :class:`ColumnStats`; a
+    column missing from it is unknown.  A struct leaf's ``null_count`` counts
+    the rows where it is NULL *or any struct above it is* (Parquet's leaf
+    null count); :func:`pruning_paths` lists the keys a predicate reads.
+    ``row_count`` is the chunk's exact row count (an empty chunk matches
+    nothing).  Sound: False only when no row can match.
     """
     if not isinstance(bound, BoundExpr):
         raise InvalidPredicate(
@@ -172,3 +197,18 @@ def might_match(bound: BoundExpr, stats: Mapping[str, ColumnStats], row_count: i
     if row_count <= 0:
         return False
     return _Pruner(bound, stats, row_count).visit(bound.expr, False)
+
+
+def pruning_paths(bound: BoundExpr) -> frozenset[tuple[str, ...]]:
+    """The columns and struct leaves whose statistics can prune ``bound``, as
+    paths of names (``("id",)``, ``("device", "os")``); look each up in the
+    table schema by those names (the bound tree uses the schema's spelling)."""
+    paths: set[tuple[str, ...]] = set()
+    for node in leaves(bound.expr):
+        tested = node.left if isinstance(node, Compare) else \
+            node.column if isinstance(node, In | IsNull) else \
+            node.unless_null if isinstance(node, Const) else None
+        path = None if tested is None else value_path(tested)
+        if path is not None:
+            paths.add(path)
+    return frozenset(paths)

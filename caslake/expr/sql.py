@@ -70,12 +70,14 @@ from caslake.expr.nodes import (
     Compare,
     Expr,
     Func,
+    GetField,
     In,
     IsNull,
     Like,
     Literal,
     Not,
     Or,
+    Subscript,
     Value,
 )
 
@@ -106,6 +108,8 @@ _FUNCS: Final[dict[type[exp.Expression], tuple[str, tuple[str, ...]]]] = {
     exp.DayOfMonth: ("day", ("this",)), exp.Hour: ("hour", ("this",)),
     exp.Minute: ("minute", ("this",)), exp.Second: ("second", ("this",)),
     exp.Trim: ("trim", ("this",)),
+    exp.ArrayContains: ("array_contains", ("this", "expression")),
+    exp.ArraySize: ("cardinality", ("this",)),
 }
 _TRIM_POSITION: Final = {None: "trim", "LEADING": "ltrim", "TRAILING": "rtrim", "BOTH": "trim"}
 #: Names of constructs users may type, for the "not supported" message.
@@ -167,6 +171,18 @@ def _unsupported(node: exp.Expression) -> UnsupportedExpression:
     return UnsupportedExpression(
         f"{name} is not supported in a where predicate" + (f": {shown}" if shown else "")
     )
+
+
+def _column_path(node: exp.Column) -> Value:
+    """A column, or a field of one: ``device.os`` (sqlglot reads the parts as
+    table and column) is field ``os`` of column ``device``; any depth."""
+    parts = node.parts
+    if not parts or not all(isinstance(p, exp.Identifier) for p in parts):
+        raise _unsupported(node.this if not isinstance(node.this, exp.Identifier) else node)
+    value: Value = Column(str(parts[0].this))
+    for part in parts[1:]:
+        value = GetField(value, str(part.this))
+    return value
 
 
 def _number(text: str) -> Literal:
@@ -328,14 +344,13 @@ class _Translator:
 
     def _value(self, node: exp.Expression) -> Value:
         if isinstance(node, exp.Column):
-            if node.args.get("table") is not None or node.args.get("db") is not None:
-                raise UnsupportedExpression(
-                    f"qualified column names are not supported: {node.sql()[:60]}; "
-                    "write the column name alone"
-                )
-            if not isinstance(node.this, exp.Identifier):
-                raise _unsupported(node.this)
-            return Column(str(node.this.this))
+            return _column_path(node)
+        if isinstance(node, exp.Dot):
+            if not isinstance(node.expression, exp.Identifier):
+                raise _unsupported(node)
+            return GetField(self.value(node.this), str(node.expression.this))
+        if isinstance(node, exp.Bracket):
+            return self.subscript(node)
         if isinstance(node, exp.Identifier):
             return Column(str(node.this))
         if isinstance(node, exp.Literal):
@@ -370,6 +385,25 @@ class _Translator:
                 f"a predicate cannot be used as a value: {node.sql()[:60]}"
             )
         raise _unsupported(node)
+
+    def subscript(self, node: exp.Bracket) -> Value:
+        """``value[key]`` with a literal key.  sqlglot's DuckDB dialect counts list
+        subscripts from 1 and shifts an integer key down by one as it parses;
+        the key is shifted back, so ``m[1]`` is the key 1 (a list subscript is
+        refused when bound: use element_at)."""
+        keys = node.expressions
+        extra = [k for k, v in node.args.items()
+                 if k not in ("this", "expressions") and v not in (None, [], False)]
+        if len(keys) != 1 or isinstance(keys[0], exp.Slice) or extra:
+            raise UnsupportedExpression(
+                f"a subscript takes one literal key: {node.sql(dialect='duckdb')[:60]}")
+        key = self.value(keys[0])
+        if not isinstance(key, Literal) or key.value is None:
+            raise UnsupportedExpression(
+                f"a subscript key must be a literal, got {keys[0].sql()[:60]}")
+        if isinstance(key.value, int) and not isinstance(key.value, bool):
+            key = Literal(key.value + 1)
+        return Subscript(self.value(node.this), key)
 
     def function(self, node: exp.Expression, name: str, keys: tuple[str, ...]) -> Func:
         if isinstance(node, exp.Trim):

@@ -4,9 +4,10 @@ This module owns the fast evaluation of a bound predicate whose leaves are
 columns against literals (see :func:`caslake.expr.arrow.is_computed`):
 comparisons, ``IN``, ``IS NULL``, ``Const`` and ``AND``/``OR``/``NOT`` over
 integer, float, bool, date32, timestamp and ``decimal128`` (precision 18 or
-less) columns.  It reads each chunk's value buffer in place (offsets
-respected) and its validity bitmap, and computes, per row, the exact SQL
-value (TRUE, FALSE or NULL) as numpy booleans.
+less) columns and struct leaves (``device.os``, taken with Arrow's
+``struct_field``: NULL where a struct above is NULL).  It reads each chunk's
+value buffer in place (offsets respected) and its validity bitmap, and
+computes, per row, the exact SQL value (TRUE, FALSE or NULL) as numpy booleans.
 
 * A decimal of precision <= 18 always fits in 64 bits, so the low word of its
   little-endian 128-bit two's-complement value *is* the unscaled integer;
@@ -42,9 +43,22 @@ from typing import Any, Final, TypeAlias, cast
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from caslake.expr.functions import epoch_days, epoch_ticks
-from caslake.expr.nodes import And, Column, Compare, Const, Expr, In, IsNull, Literal, Not, Or
+from caslake.expr.nodes import (
+    And,
+    Compare,
+    Const,
+    Expr,
+    In,
+    IsNull,
+    Literal,
+    Not,
+    Or,
+    Value,
+    value_path,
+)
 
 __all__ = ["Tri", "arrow_mask", "evaluate"]
 
@@ -225,14 +239,20 @@ class _Evaluator:
         self.table = table
         self.rows = table.num_rows
         self.fallback = fallback
-        self.columns: dict[str, _Column | None] = {}
+        self.columns: dict[tuple[str, ...], _Column | None] = {}
 
-    def column(self, name: str) -> _Column:
-        if name not in self.columns:
-            data = self.table.column(name)
+    def column(self, value: Value | None) -> _Column:
+        """A column, or a struct leaf (``device.os``: NULL where ``device`` is)."""
+        path = None if value is None else value_path(value)
+        if path is None:
+            raise _Unsupported
+        if path not in self.columns:
+            data = self.table.column(path[0])
+            for name in path[1:]:
+                data = pc.struct_field(data, [data.type.get_field_index(name)])
             dtype = _dtype(data.type)
-            self.columns[name] = None if dtype is None else _Column(data, dtype)
-        found = self.columns[name]
+            self.columns[path] = None if dtype is None else _Column(data, dtype)
+        found = self.columns[path]
         if found is None:
             raise _Unsupported
         return found
@@ -251,21 +271,19 @@ class _Evaluator:
             return _from_arrow(self.fallback(node), self.rows)
 
     def leaf(self, node: Expr) -> Tri:
-        if isinstance(node, Compare) and isinstance(node.left, Column) \
-                and isinstance(node.right, Literal):
-            return self.compare(self.column(node.left.name), node.op, node.right.value)
-        if isinstance(node, In) and isinstance(node.column, Column):
-            return self.isin(self.column(node.column.name), [v.value for v in node.values])
-        if isinstance(node, IsNull) and isinstance(node.column, Column):
-            column = self.column(node.column.name)
+        if isinstance(node, Compare) and isinstance(node.right, Literal):
+            return self.compare(self.column(node.left), node.op, node.right.value)
+        if isinstance(node, In):
+            return self.isin(self.column(node.column), [v.value for v in node.values])
+        if isinstance(node, IsNull):
+            column = self.column(node.column)
             if column.valid is None:
                 return np.zeros(self.rows, np.bool_), None
             return np.logical_not(column.valid), None
         if isinstance(node, Const):
             if node.unless_null is None:
                 return np.full(self.rows, node.value, np.bool_), None
-            if isinstance(node.unless_null, Column):
-                return self.column(node.unless_null.name).constant(node.value)
+            return self.column(node.unless_null).constant(node.value)
         raise _Unsupported
 
     def compare(self, column: _Column, op: str, value: object) -> Tri:

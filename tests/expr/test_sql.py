@@ -225,7 +225,6 @@ _POSITION = re.compile(r"malformed where at position (\d+)")
         ("a IN (SELECT 1)", UnsupportedExpression, "subquery"),
         ("SELECT 1", UnsupportedExpression, "SELECT"),
         ("a = ?", UnsupportedExpression, "placeholder"),
-        ("t.a = 1", UnsupportedExpression, "qualified column"),
         ("a IS TRUE", UnsupportedExpression, "IS TRUE"),
         ("a IN (b, 1)", UnsupportedExpression, "literal values"),
         ("a LIKE b", UnsupportedExpression, "LIKE pattern must be a string literal"),
