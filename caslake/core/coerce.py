@@ -11,7 +11,12 @@ Owns the append rules users meet on day one:
   large/small/view string and binary variants, dictionary-encoded values,
   coarser timestamp units into finer ones, and finer into coarser when no
   value of the batch loses precision (else the column and the first such value
-  are named); lists and structs element by element;
+  are named);
+* nested columns convert at every level: any list encoding (``large_list``,
+  ``fixed_size_list``, list views) into the table's list, a struct's fields
+  matched **by name** in any order (a nullable field the data lacks is NULL; a
+  non-nullable one, or a field the table lacks, is refused), maps key by key and
+  value by value; every refusal names the full path (``items.element.price``);
 * time zones: naive and aware timestamps are never mixed (the error says which
   side is which); ``UTC``, ``Etc/UTC``, ``+00:00`` and their aliases are one zone.
 
@@ -53,12 +58,74 @@ def _value_type(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
+def _plain(t: pa.DataType) -> pa.DataType:
+    """The value type of a dictionary or run-end encoded type (else ``t``)."""
+    if pa.types.is_dictionary(t) or pa.types.is_run_end_encoded(t):
+        return _plain(t.value_type)
+    return t
+
+
+def nested_problem(src: Any, dst: Any, path: str) -> tuple[str, str] | None:
+    """Where and why data of type ``src`` cannot be appended to a column (or nested
+    field, at ``path``) of type ``dst``; None if it can.  Nested types are
+    checked at every level (see the module docstring)."""
+    src = _plain(src)
+    if pa.types.is_null(src):
+        return None
+    kind = _kind(dst)
+    if kind is None:
+        if _kind(src) is not None:
+            return path, f"it is {src} in the data, {dst} in the table"
+        problem = cast_problem(src, dst)
+        return None if problem is None else (path, problem)
+    if _kind(src) != kind:
+        return path, f"it is {src} in the data, a {kind} in the table"
+    if kind == "struct":
+        return _struct_problem(src, dst, path)
+    if kind == "list":
+        return nested_problem(src.value_type, dst.value_type, f"{path}.element")
+    return (nested_problem(src.key_type, dst.key_type, f"{path}.key")
+            or nested_problem(src.item_type, dst.item_type, f"{path}.value"))
+
+
+def _struct_problem(src: pa.DataType, dst: pa.DataType, path: str) -> tuple[str, str] | None:
+    names = {dst.field(i).name for i in range(dst.num_fields)}
+    for i in range(src.num_fields):
+        name = src.field(i).name
+        if name not in names:
+            return (f"{path}.{name}", f"the table's struct {path!r} has no field {name!r} "
+                    f"(fields: {', '.join(sorted(names))})")
+    have = {src.field(i).name: src.field(i) for i in range(src.num_fields)}
+    for i in range(dst.num_fields):
+        f = dst.field(i)
+        if f.name not in have:
+            if not f.nullable:
+                return (f"{path}.{f.name}", "the data lacks this field and the table's "
+                        "field is not nullable")
+            continue
+        problem = nested_problem(have[f.name].type, f.type, f"{path}.{f.name}")
+        if problem is not None:
+            return problem
+    return None
+
+
+def _kind(t: pa.DataType) -> str | None:
+    """``struct``, ``list`` (any list encoding) or ``map`` for a nested type, else None."""
+    if pa.types.is_struct(t):
+        return "struct"
+    if _is_list(t) or pa.types.is_fixed_size_list(t):
+        return "list"
+    if pa.types.is_map(t):
+        return "map"
+    return None
+
+
 def cast_problem(src: pa.DataType, dst: pa.DataType) -> str | None:
-    """Why data of type ``src`` cannot be appended to a column of type ``dst``
-    (None if it can: equal, or a cast that keeps every value)."""
+    """Why data of (primitive) type ``src`` cannot be appended to a column of type
+    ``dst`` (None if it can: equal, or a cast that keeps every value)."""
     if src == dst or pa.types.is_null(src):
         return None
-    src = _value_type(src)
+    src = _plain(src)
     if src == dst:
         return None
     strings = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
@@ -74,7 +141,11 @@ def cast_problem(src: pa.DataType, dst: pa.DataType) -> str | None:
     if pa.types.is_floating(src) and pa.types.is_floating(dst):
         return None if src.bit_width <= dst.bit_width else "it would lose precision"
     if pa.types.is_date(src) and pa.types.is_date(dst):
-        return None
+        return None  # a date64 that is not a whole day is refused by the checked cast
+    if pa.types.is_time(src) and pa.types.is_time(dst):
+        return None  # a finer unit is checked value by value when the batch is cast
+    if isinstance(dst, pa.ExtensionType) and src == dst.storage_type:
+        return None  # e.g. 16-byte fixed_size_binary into uuid
     if pa.types.is_timestamp(src) and pa.types.is_timestamp(dst):
         if (src.tz is None) != (dst.tz is None):
             if src.tz is None:
@@ -87,26 +158,113 @@ def cast_problem(src: pa.DataType, dst: pa.DataType) -> str | None:
     if pa.types.is_decimal(src) and pa.types.is_decimal(dst):
         whole = src.precision - src.scale <= dst.precision - dst.scale
         return None if whole and src.scale <= dst.scale else "it could lose digits"
-    if _is_list(src) and _is_list(dst):
-        src_list: Any = src
-        dst_list: Any = dst
-        return cast_problem(src_list.value_type, dst_list.value_type)
-    if pa.types.is_struct(src) and pa.types.is_struct(dst):
-        names = [src.field(i).name for i in range(src.num_fields)]
-        want = [dst.field(i).name for i in range(dst.num_fields)]
-        if sorted(names) != sorted(want):
-            return f"its fields are {names}, the table's are {want}"
-        for i in range(dst.num_fields):
-            problem = cast_problem(src.field(dst.field(i).name).type, dst.field(i).type)
-            if problem is not None:
-                return f"field {dst.field(i).name!r}: {problem}"
-        return None
+    if _kind(src) is not None or _kind(dst) is not None:
+        problem = nested_problem(src, dst, "")
+        return None if problem is None else f"{problem[0].lstrip('.') or 'value'}: {problem[1]}"
     return "no lossless cast exists"
 
 
 def _is_list(t: pa.DataType) -> bool:
     return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
                 or pa.types.is_list_view(t) or pa.types.is_large_list_view(t))
+
+
+def convert(arr: Any, dst: pa.Field[Any], path: str) -> Any:
+    """``arr`` (one batch's column or nested values) as type ``dst.type``, at every
+    level (see the module docstring); a value that does not fit, or a NULL where
+    the table's field is not nullable, is a SchemaMismatch naming ``path``."""
+    t = dst.type
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if pa.types.is_run_end_encoded(arr.type):
+        arr = _pc.run_end_decode(arr)
+    if arr.type == t:
+        return arr
+    if pa.types.is_null(arr.type):
+        return _pa.nulls(len(arr), t)
+    problem = nested_problem(arr.type, t, path)
+    if problem is not None:
+        raise SchemaMismatch(f"field {problem[0]!r} cannot take the data: {problem[1]}",
+                             column=problem[0], expected=str(t), actual=str(arr.type))
+    kind = _kind(t)
+    if kind == "struct":
+        return _convert_struct(arr, t, path)
+    if kind == "list":
+        return _convert_list(arr, t, path)
+    if kind == "map":
+        return _convert_map(arr, t, path)
+    return _cast(arr, path, t)
+
+
+def _check_nulls(arr: Any, f: pa.Field[Any], path: str, where: Any = None) -> None:
+    """A non-nullable field holds no NULL (``where``: only rows where it is true count)."""
+    if f.nullable or not arr.null_count:
+        return
+    nulls = arr.null_count if where is None else pc.sum(
+        pc.and_(arr.is_null(), where)).as_py() or 0
+    if nulls:
+        raise SchemaMismatch(f"field {path!r} is not nullable but the data has {nulls} "
+                             "null(s)", column=path, expected=str(f.type), actual=str(arr.type))
+
+
+def _convert_struct(arr: Any, t: pa.DataType, path: str) -> Any:
+    index = {arr.type.field(i).name: i for i in range(arr.type.num_fields)}
+    valid = arr.is_valid() if arr.null_count else None
+    kids = []
+    fields = [t.field(i) for i in range(t.num_fields)]
+    for f in fields:
+        where = f"{path}.{f.name}"
+        if f.name in index:
+            kid = convert(arr.field(index[f.name]), f, where)  # sliced like its parent
+            _check_nulls(kid, f, where, valid)
+        else:
+            kid = _pa.nulls(len(arr), f.type)
+        kids.append(kid)
+    mask = None if valid is None else pc.invert(valid)
+    return pa.StructArray.from_arrays(kids, fields=fields, mask=mask)
+
+
+def _offsets_values(arr: Any, *children: Any) -> tuple[Any, Any, list[Any]]:
+    """A list or map array's offsets from 0 (int32), its null mask (None: no NULL),
+    and the part of each of ``children`` (its child values) the offsets cover."""
+    offsets = arr.offsets
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    if end - start >= 2**31:
+        raise SchemaMismatch("a list column holds more than 2**31 values in one batch; "
+                             "append smaller batches")
+    mask = arr.is_null() if arr.null_count else None
+    return (pc.subtract(offsets, start).cast(pa.int32()), mask,
+            [c.slice(start, end - start) for c in children])
+
+
+def _convert_list(arr: Any, t: Any, path: str) -> Any:
+    src = arr.type
+    if pa.types.is_list(src) or pa.types.is_large_list(src):
+        offsets, mask, (values,) = _offsets_values(arr, arr.values)
+    else:  # fixed-size lists and list views: values in list order, and the lengths
+        # (pyarrow's cast of a list view with NULLs to a list gives short offsets)
+        values = pc.list_flatten(arr)
+        lengths = pc.fill_null(pc.list_value_length(arr), 0).cast(pa.int64())
+        ends = pc.cumulative_sum(lengths)
+        if len(values) >= 2**31:
+            raise SchemaMismatch(f"field {path!r} holds more than 2**31 values in one batch; "
+                                 "append smaller batches", column=path)
+        offsets = pa.concat_arrays([pa.array([0], pa.int64()), ends]).cast(pa.int32())
+        mask = arr.is_null() if arr.null_count else None
+    element = t.value_field
+    where = f"{path}.element"
+    values = convert(values, element, where)
+    _check_nulls(values, element, where)
+    return pa.ListArray.from_arrays(offsets, values, type=t, mask=mask)
+
+
+def _convert_map(arr: Any, t: Any, path: str) -> Any:
+    offsets, mask, (keys, items) = _offsets_values(arr, arr.keys, arr.items)
+    key, item = t.key_field, t.item_field
+    keys = convert(keys, key, f"{path}.key")
+    items = convert(items, item, f"{path}.value")
+    _check_nulls(items, item, f"{path}.value")
+    return _pa.MapArray.from_arrays(offsets, keys, items, type=t, mask=mask)
 
 
 def _cast(arr: Any, name: str, dst: pa.DataType) -> Any:
@@ -122,6 +280,11 @@ def _cast(arr: Any, name: str, dst: pa.DataType) -> Any:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         raise SchemaMismatch(f"column {name!r} cannot be cast from {src} to {dst}: {e}",
                              column=name, expected=str(dst), actual=str(src)) from None
+
+
+# pyarrow-stubs type the nested constructors narrower than pyarrow accepts.
+_pa: Any = pa
+_pc: Any = pc
 
 
 def _narrow_timestamps(arr: Any, name: str, dst: pa.DataType) -> Any:
@@ -174,19 +337,25 @@ class SchemaConformer:
         self.plan: list[tuple[pa.Field[Any], pa.Field[Any]]] = []
         for tf in table_schema:
             sf = input_schema.field(tf.name)
-            problem = cast_problem(sf.type, tf.type)
-            if problem is not None:
+            found = nested_problem(sf.type, tf.type, tf.name)
+            if found is not None:
+                where, problem = found
+                what = (f"column {tf.name!r}" if where == tf.name else
+                        f"field {where!r} of column {tf.name!r}")
                 raise SchemaMismatch(
-                    f"column {tf.name!r} has type {sf.type} in the data but {tf.type} in the "
-                    f"table: {problem}", column=tf.name, expected=str(tf.type),
-                    actual=str(sf.type))
+                    f"{what} has type {_type_at(sf.type, where[len(tf.name):])} in the data "
+                    f"but {_type_at(tf.type, where[len(tf.name):])} in the table: {problem}",
+                    column=where,
+                    expected=str(tf.type), actual=str(sf.type))
             self.plan.append((tf, sf))
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         arrays = []
         for tf, sf in self.plan:
             arr = batch.column(sf.name)
-            if arr.type != tf.type:
+            if _kind(tf.type) is not None:
+                arr = convert(arr, tf, tf.name)
+            elif arr.type != tf.type:
                 arr = _cast(arr, tf.name, tf.type)
             if not tf.nullable and arr.null_count:
                 raise SchemaMismatch(f"column {tf.name!r} is not nullable but the data has "
@@ -194,3 +363,22 @@ class SchemaConformer:
                                      expected=str(tf.type), actual=str(arr.type))
             arrays.append(arr)
         return pa.RecordBatch.from_arrays(arrays, schema=self.target)
+
+
+def _type_at(t: Any, path: str) -> str:
+    """The type at ``path`` (``.geo.lat``; empty: ``t`` itself) below a column of
+    type ``t`` (``?`` where the type has no such field)."""
+    for part in path.split(".")[1:]:
+        t = _plain(t)
+        if pa.types.is_struct(t):
+            i = t.get_field_index(part)
+            if i < 0:
+                return "?"
+            t = t.field(i).type
+        elif _kind(t) == "list" and part == "element":
+            t = t.value_type
+        elif pa.types.is_map(t) and part in ("key", "value"):
+            t = t.key_type if part == "key" else t.item_type
+        else:
+            return "?"
+    return str(t)
