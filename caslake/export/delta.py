@@ -61,7 +61,7 @@ from caslake.errors import (
 from caslake.export import delta_columns as cm
 from caslake.export.result import ExportResult, Writer
 from caslake.export.source import ExportSource, TableHandle, load_source
-from caslake.export.types import delta_schema, delta_stat, delta_type
+from caslake.export.types import delta_schema, delta_stat, stat_leaves, uses_timestamp_ntz
 from caslake.format.manifest import DataFile
 from caslake.store.base import ObjectStore
 
@@ -80,8 +80,6 @@ ATTEMPTS = 5
 READER_VERSION, WRITER_VERSION = 3, 7
 MODE_KEY = "delta.columnMapping.mode"
 MAX_ID_KEY = "delta.columnMapping.maxColumnId"
-ID_KEY = "delta.columnMapping.id"
-PHYSICAL_KEY = "delta.columnMapping.physicalName"
 
 
 def commit_key(version: int) -> str:
@@ -138,17 +136,12 @@ class DeltaState:
             self.exported[int(action["commitInfo"]["caslakeVersion"])] = version
 
     def physical_names(self) -> dict[int, str]:
-        """Field id -> physical name of the metaData in force (empty without column
-        mapping)."""
+        """Field id -> physical name of the metaData in force, for every struct field
+        at any depth (empty without column mapping)."""
         if not self.metadata or not self.schema or \
                 (self.metadata.get("configuration") or {}).get(MODE_KEY) is None:
             return {}
-        out = {}
-        for f in json.loads(self.schema).get("fields", []):
-            meta = f.get("metadata") or {}
-            if ID_KEY in meta and PHYSICAL_KEY in meta:
-                out[int(meta[ID_KEY])] = str(meta[PHYSICAL_KEY])
-        return out
+        return cm.physical_from_schema(json.loads(self.schema))
 
 
 def _actions(store: ObjectStore, key: str) -> Iterable[dict[str, Any]]:
@@ -296,9 +289,9 @@ class DeltaExport:
         self.src = source
         self.schema = source.snapshot.manifest.schema
         delta_schema(self.schema)  # refuses unmappable types before any read or write
-        self.ntz = any(delta_type(f) == "timestamp_ntz" for f in self.schema.fields)
+        self.ntz = uses_timestamp_ntz(self.schema)
         self.physical: dict[int, str] = {}
-        self.columns: dict[str, dict[int, str]] = {}
+        self.columns: dict[str, cm.Columns] = {}
 
     def delta_path(self, key: str) -> str:
         """A data file's ``add.path``: its key, relative to the table root, or for a
@@ -327,19 +320,25 @@ class DeltaExport:
         self.physical = cm.physical_names(self.schema, live, state.physical_names())
 
     def _stats(self, f: DataFile, has_dv: bool) -> str:
-        by_id = self.schema.by_id()
-        mins, maxs, nulls = {}, {}, {}
+        """The add's statistics, keyed by physical names (a field inside a struct
+        nested under its struct's physical names), for the primitive fields at the
+        top level or in structs that this file stores."""
+        leaves = stat_leaves(self.schema)
+        mins: dict[str, Any] = {}
+        maxs: dict[str, Any] = {}
+        nulls: dict[str, Any] = {}
         stored = self.columns[f.path]
         for fid, s in f.stats.items():
-            fld = by_id.get(fid)
-            if fld is None or fid not in stored:
+            if fid not in leaves or fid not in stored:
                 continue
-            name = self.physical[fid]
+            _, fld, along = leaves[fid]
+            keys = [self.physical[i] for i in along]
             if "nulls" in s:
-                nulls[name] = s["nulls"]
+                _put(nulls, keys, s["nulls"])
             lo, hi = delta_stat(s.get("min"), fld), delta_stat(s.get("max"), fld)
             if lo is not None and hi is not None:
-                mins[name], maxs[name] = lo, hi
+                _put(mins, keys, lo)
+                _put(maxs, keys, hi)
         stats: dict[str, Any] = {"numRecords": f.row_count, "minValues": mins,
                                  "maxValues": maxs, "nullCount": nulls}
         if has_dv:
@@ -476,6 +475,12 @@ class DeltaExport:
 
     def commit(self, state: DeltaState, writer: Writer) -> bytes:
         return encode(self.commit_actions(state, writer))
+
+
+def _put(tree: dict[str, Any], keys: list[str], value: Any) -> None:
+    for k in keys[:-1]:
+        tree = tree.setdefault(k, {})
+    tree[keys[-1]] = value
 
 
 def encode(actions: Iterable[dict[str, Any]]) -> bytes:

@@ -44,10 +44,10 @@ import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata, InvalidArgument, NotFound
 from caslake.export import iceberg_avro as avro
-from caslake.export.delta_columns import file_columns
+from caslake.export.delta_columns import leaf_ids
 from caslake.export.result import ExportResult, Writer
 from caslake.export.source import ExportSource, FileGroup, TableHandle, load_source
-from caslake.export.types import iceberg_bound, iceberg_schema
+from caslake.export.types import iceberg_bound, iceberg_schema, stat_leaves
 from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.store.base import ObjectStore
@@ -173,6 +173,7 @@ class IcebergExport:
         self.writer = Writer(store)
         self.schema = source.snapshot.manifest.schema
         self.schema_json = iceberg_schema(self.schema)  # refuses unmappable types first
+        self.stat_leaves = stat_leaves(self.schema)
         m = source.snapshot.manifest
         self.snapshot_id = snapshot_id(m.commit_id)
         self.sequence = m.version + 1
@@ -188,13 +189,17 @@ class IcebergExport:
                 "data_file": data_file}
 
     def _data_file(self, f: DataFile, column_sizes: dict[int, int]) -> dict[str, Any]:
-        nulls = {fid: s["nulls"] for fid, s in f.stats.items() if "nulls" in s}
-        by_id = self.schema.by_id()
+        """The manifest's data_file record: metrics by field id for the primitive
+        fields at the top level or in structs (value counts, null counts, bounds);
+        column sizes for every leaf the file stores."""
+        leaves = self.stat_leaves
+        nulls = {fid: s["nulls"] for fid, s in f.stats.items()
+                 if fid in leaves and "nulls" in s}
         lower, upper = {}, {}
         for fid, s in f.stats.items():
-            fld = by_id.get(fid)
-            if fld is None:
+            if fid not in leaves:
                 continue
+            fld = leaves[fid][1]
             lo, hi = iceberg_bound(s.get("min"), fld), iceberg_bound(s.get("max"), fld)
             if lo is not None and hi is not None:
                 lower[fid], upper[fid] = lo, hi
@@ -203,7 +208,7 @@ class IcebergExport:
             "file_format": "PARQUET", "partition": {}, "record_count": f.row_count,
             "file_size_in_bytes": f.size,
             "column_sizes": avro.int_map(column_sizes),
-            "value_counts": avro.int_map({fl.id: f.row_count for fl in self.schema.fields}),
+            "value_counts": avro.int_map({fid: f.row_count for fid in leaves}),
             "null_value_counts": avro.int_map(nulls), "nan_value_counts": None,
             "lower_bounds": avro.int_map(lower), "upper_bounds": avro.int_map(upper),
             "key_metadata": None, "split_offsets": None, "equality_ids": None,
@@ -211,23 +216,20 @@ class IcebergExport:
 
     def _column_sizes(self, files: list[DataFile]) -> list[dict[int, int]]:
         table = self.src.table
-        fields = self.schema.by_id()
+        fields = self.schema.all_by_id()
 
         def sizes(f: DataFile) -> dict[int, int]:
             md = table.footers.get(table.store, f).metadata
-            # by field id: after a rename or a drop and re-add, the file's column
-            # names are not the schema's
-            ids = {name: fid for fid, name in
-                   file_columns(table.store, table.footers, f, self.schema).items()
-                   if fid in fields}
+            # by the field id of each Parquet leaf: after a rename or a drop and
+            # re-add, the file's column names are not the schema's
+            ids = leaf_ids(md.schema.to_arrow_schema(), self.schema)
             out: dict[int, int] = {}
             for rg in range(md.num_row_groups):
                 group = md.row_group(rg)
                 for i in range(group.num_columns):
-                    col = group.column(i)
-                    fid = ids.get(col.path_in_schema)
-                    if fid is not None:
-                        out[fid] = out.get(fid, 0) + col.total_compressed_size
+                    fid = ids[i] if i < len(ids) else None
+                    if fid is not None and fid in fields:
+                        out[fid] = out.get(fid, 0) + group.column(i).total_compressed_size
             return out
 
         if len(files) <= 1:

@@ -1,9 +1,20 @@
 """Type mapping from caslake's schema to Iceberg and Delta, and statistics encodings.
 
-Owns: the one-to-one type tables (anything without an exact counterpart is
-refused with :class:`~caslake.errors.ExportUnsupportedType` before anything
-is written), Iceberg's single-value binary serialization of lower/upper
-bounds, and Delta's JSON statistics values.  Never reads or writes storage.
+Owns: the one-to-one type tables, at every nesting level (anything without an
+exact counterpart is refused with :class:`~caslake.errors.ExportUnsupportedType`
+naming the field's full dotted path, before anything is written), Iceberg's
+single-value binary serialization of lower/upper bounds, and Delta's JSON
+statistics values.  Never reads or writes storage.
+
+Nested types are written as each spec writes them, with caslake's field ids
+(the ids the Parquet files carry as ``field_id`` at every level): Iceberg
+``struct`` (fields), ``list`` (``element-id``, ``element-required``) and
+``map`` (``key-id``, ``value-id``, ``value-required``); Delta ``struct``,
+``array`` (``elementType``, ``containsNull``) and ``map`` (``keyType``,
+``valueType``, ``valueContainsNull``), every struct field carrying its column
+mapping (``delta.columnMapping.id`` and ``physicalName``).  Delta has no id for
+a list element or a map key or value (only IcebergCompatV2 tables carry
+``parquet.field.nested.ids``); its readers match those by position.
 
 Exactness rules (docs/interop.md, "Type mapping"):
 
@@ -12,7 +23,19 @@ Exactness rules (docs/interop.md, "Type mapping"):
   ``s``/``ms``/``ns`` column would be read with the wrong unit or refused);
 * ``int8``/``int16`` become Iceberg ``int`` (Iceberg has no narrower integer;
   the Parquet INT(8)/INT(16) annotation is read as ``int``) and Delta
-  ``byte``/``short``.
+  ``byte``/``short``;
+* decimals of any width (``decimal32``...``decimal256``) with ``0 <= scale``
+  and ``precision <= 38`` are ``decimal(p, s)``; a wider precision is refused;
+* ``date64`` is a date (its files store Parquet DATE, whole days);
+* ``time64[us]`` is Iceberg ``time``; ``time32[s]``/``time32[ms]`` and
+  ``time64[ns]`` are refused: Iceberg's time is microseconds stored as Parquet
+  TIME(MICROS), and these files store TIME(MILLIS) or TIME(NANOS) (pyiceberg
+  refuses a ``time32`` file); Delta has no time type: refused;
+* ``uuid`` is Iceberg ``uuid``, ``fixed_size_binary[n]`` Iceberg ``fixed[n]``;
+  Delta has neither: refused (a Delta reader would meet a fixed-length
+  column where its schema says variable-length binary);
+* ``float16`` has no counterpart in either format (its files store Parquet
+  FLOAT16): refused.
 """
 
 from __future__ import annotations
@@ -26,7 +49,7 @@ from typing import Any
 import pyarrow as pa
 
 from caslake.errors import ExportUnsupportedType
-from caslake.format.schema import Field, TableSchema
+from caslake.format.schema import LIST, MAP, STRUCT, Field, TableSchema
 from caslake.format.stats import value_from_json
 
 ICEBERG = "Iceberg"
@@ -35,69 +58,155 @@ DELTA = "Delta"
 _ICEBERG_SIMPLE = {
     "bool": "boolean", "int8": "int", "int16": "int", "int32": "int", "int64": "long",
     "float32": "float", "float64": "double", "string": "string", "large_string": "string",
-    "binary": "binary", "large_binary": "binary", "date32": "date",
+    "binary": "binary", "large_binary": "binary", "date32": "date", "date64": "date",
+    "uuid": "uuid",
 }
 _DELTA_SIMPLE = {
     "bool": "boolean", "int8": "byte", "int16": "short", "int32": "integer", "int64": "long",
     "float32": "float", "float64": "double", "string": "string", "large_string": "string",
-    "binary": "binary", "large_binary": "binary", "date32": "date",
+    "binary": "binary", "large_binary": "binary", "date32": "date", "date64": "date",
 }
+# caslake types whose statistics (min/max) have a JSON encoding value_from_json decodes
+_STAT_TYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "float32", "float64",
+                         "string", "large_string", "date32"})
 
 
-def _refuse(f: Field, target: str, why: str) -> ExportUnsupportedType:
+def _refuse(f: Field, path: str, target: str, why: str) -> ExportUnsupportedType:
     return ExportUnsupportedType(
-        f"column {f.name!r} of type {f.type} cannot be exported to {target}: {why}",
-        column=f.name, type=f.type, target=target)
+        f"column {path!r} of type {f.type} cannot be exported to {target}: {why}",
+        column=path, type=f.type, target=target)
 
 
-def _mapped(f: Field, target: str, simple: dict[str, str], *, tz: str, ntz: str) -> str:
+def _mapped(f: Field, path: str, target: str, simple: dict[str, str], *, tz: str,
+            ntz: str) -> str:
     if f.type in simple:
         return simple[f.type]
     t = f.arrow_type
     if pa.types.is_unsigned_integer(t):
-        raise _refuse(f, target, "it has no unsigned integer types")
+        raise _refuse(f, path, target, "it has no unsigned integer types")
     if pa.types.is_timestamp(t):
         if t.unit != "us":
-            raise _refuse(f, target, "timestamps must have microsecond precision")
+            raise _refuse(f, path, target, "timestamps must have microsecond precision")
         return tz if t.tz is not None else ntz
-    if pa.types.is_decimal128(t):
+    if pa.types.is_decimal(t):
         if t.scale < 0 or t.precision > 38:
-            raise _refuse(f, target, "decimals need 0 <= scale and precision <= 38")
+            raise _refuse(f, path, target, "decimals need 0 <= scale and precision <= 38")
         return f"decimal({t.precision}, {t.scale})" if target == ICEBERG else \
             f"decimal({t.precision},{t.scale})"
-    raise _refuse(f, target, "no equivalent type")
+    if pa.types.is_float16(t):
+        raise _refuse(f, path, target, "it has no half-precision float (cast to float32)")
+    if target == ICEBERG:
+        if pa.types.is_time(t):
+            if t.unit != "us":
+                raise _refuse(f, path, target, "its time type is microseconds, stored as "
+                              "Parquet TIME(MICROS) (cast to time64[us])")
+            return "time"
+        if pa.types.is_fixed_size_binary(t):
+            return f"fixed[{t.byte_width}]"
+    elif pa.types.is_time(t):
+        raise _refuse(f, path, target, "it has no time-of-day type")
+    elif pa.types.is_fixed_size_binary(t) or f.type == "uuid":
+        raise _refuse(f, path, target, "it has no fixed-length binary or uuid type "
+                      "(cast to binary)")
+    raise _refuse(f, path, target, "no equivalent type")
 
 
-def iceberg_type(f: Field) -> str:
-    return _mapped(f, ICEBERG, _ICEBERG_SIMPLE, tz="timestamptz", ntz="timestamp")
+def iceberg_type(f: Field, path: str | None = None) -> Any:
+    """``f``'s Iceberg type: a primitive type string, or a struct/list/map object with
+    caslake's ids.  ``path`` (default: the name) names the field in errors."""
+    path = path or f.name
+    if f.type == STRUCT:
+        return {"type": "struct", "fields": [iceberg_field(c, f"{path}.{c.name}")
+                                             for c in f.children]}
+    if f.type == LIST:
+        (element,) = f.children
+        return {"type": "list", "element-id": element.id,
+                "element-required": not element.nullable,
+                "element": iceberg_type(element, f"{path}.{element.name}")}
+    if f.type == MAP:
+        key, value = f.children
+        return {"type": "map", "key-id": key.id, "key": iceberg_type(key, f"{path}.{key.name}"),
+                "value-id": value.id, "value-required": not value.nullable,
+                "value": iceberg_type(value, f"{path}.{value.name}")}
+    return _mapped(f, path, ICEBERG, _ICEBERG_SIMPLE, tz="timestamptz", ntz="timestamp")
 
 
-def delta_type(f: Field) -> str:
-    return _mapped(f, DELTA, _DELTA_SIMPLE, tz="timestamp", ntz="timestamp_ntz")
+def iceberg_field(f: Field, path: str) -> dict[str, Any]:
+    return {"id": f.id, "name": f.name, "required": not f.nullable,
+            "type": iceberg_type(f, path)}
+
+
+def delta_type(f: Field, path: str | None = None,
+               physical: Mapping[int, str] | None = None) -> Any:
+    """``f``'s Delta type: a primitive type string, or a struct/array/map object
+    (struct fields with column mapping when ``physical`` is given)."""
+    path = path or f.name
+    if f.type == STRUCT:
+        return {"type": "struct", "fields": [delta_field(c, f"{path}.{c.name}", physical)
+                                             for c in f.children]}
+    if f.type == LIST:
+        (element,) = f.children
+        return {"type": "array",
+                "elementType": delta_type(element, f"{path}.{element.name}", physical),
+                "containsNull": element.nullable}
+    if f.type == MAP:
+        key, value = f.children
+        return {"type": "map", "keyType": delta_type(key, f"{path}.{key.name}", physical),
+                "valueType": delta_type(value, f"{path}.{value.name}", physical),
+                "valueContainsNull": value.nullable}
+    return _mapped(f, path, DELTA, _DELTA_SIMPLE, tz="timestamp", ntz="timestamp_ntz")
+
+
+def delta_field(f: Field, path: str, physical: Mapping[int, str] | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    if physical is not None:
+        meta = {"delta.columnMapping.id": f.id,
+                "delta.columnMapping.physicalName": physical[f.id]}
+    return {"name": f.name, "type": delta_type(f, path, physical), "nullable": f.nullable,
+            "metadata": meta}
 
 
 def iceberg_schema(schema: TableSchema) -> dict[str, Any]:
     """The Iceberg schema JSON (field ids are caslake's).  Raises ExportUnsupportedType."""
     return {"type": "struct", "schema-id": schema.schema_id, "identifier-field-ids": [],
-            "fields": [{"id": f.id, "name": f.name, "required": not f.nullable,
-                        "type": iceberg_type(f)} for f in schema.fields]}
+            "fields": [iceberg_field(f, f.name) for f in schema.fields]}
 
 
 def delta_schema(schema: TableSchema, physical: Mapping[int, str] | None = None
                  ) -> dict[str, Any]:
     """The Delta schemaString object.  Raises ExportUnsupportedType.  With
-    ``physical`` (field id -> the Parquet column name the data files use), each
-    field carries column mapping's ``delta.columnMapping.id`` (caslake's field id)
-    and ``delta.columnMapping.physicalName``."""
-    def meta(f: Field) -> dict[str, Any]:
-        if physical is None:
-            return {}
-        return {"delta.columnMapping.id": f.id,
-                "delta.columnMapping.physicalName": physical[f.id]}
+    ``physical`` (field id -> the Parquet name the data files use, for every struct
+    field at any depth), each struct field carries column mapping's
+    ``delta.columnMapping.id`` (caslake's field id) and
+    ``delta.columnMapping.physicalName``."""
+    return {"type": "struct",
+            "fields": [delta_field(f, f.name, physical) for f in schema.fields]}
 
-    return {"type": "struct", "fields": [
-        {"name": f.name, "type": delta_type(f), "nullable": f.nullable, "metadata": meta(f)}
-        for f in schema.fields]}
+
+def uses_timestamp_ntz(schema: TableSchema) -> bool:
+    """Whether any field, at any depth, is a Delta ``timestamp_ntz``."""
+    return any(not f.nested and f.type.startswith("timestamp[") and "tz=" not in f.type
+               for _, f in schema.walk())
+
+
+def stat_leaves(schema: TableSchema) -> dict[int, tuple[str, Field, tuple[int, ...]]]:
+    """The fields whose file statistics the exports may give, by id, each with its
+    path and the ids along it (the column's first): primitive fields at the top level
+    or inside structs only (a leaf under a list or map has one value per element,
+    so a file's row-level null count or bounds would not mean what Iceberg or Delta
+    expect)."""
+    out: dict[int, tuple[str, Field, tuple[int, ...]]] = {}
+
+    def visit(f: Field, path: str, ids: tuple[int, ...]) -> None:
+        if f.type == STRUCT:
+            for c in f.children:
+                visit(c, f"{path}.{c.name}", (*ids, c.id))
+        elif not f.nested:
+            out[f.id] = (path, f, ids)
+
+    for f in schema.fields:
+        visit(f, f.name, (f.id,))
+    return out
 
 
 # --- Iceberg bounds -------------------------------------------------------------
@@ -114,7 +223,8 @@ def _decimal_bytes(value: Decimal, scale: int) -> bytes:
 def iceberg_bound(value: Any, f: Field) -> bytes | None:
     """A caslake statistics value (JSON form) in Iceberg's single-value binary
     serialization for ``f``'s Iceberg type; None when no bound can be given."""
-    if value is None:
+    if value is None or not (f.type in _STAT_TYPES or f.type.startswith(("timestamp[",
+                                                                          "decimal"))):
         return None
     kind = iceberg_type(f)
     if kind == "binary":
@@ -150,7 +260,7 @@ def delta_stat(value: Any, f: Field) -> Any:
     or None to leave it out.  Only types whose Delta encoding is exact are given:
     integers, floats, strings and dates (Delta truncates timestamp statistics to
     milliseconds, which would make a tight maximum wrong)."""
-    if value is None:
+    if value is None or f.type not in _STAT_TYPES:
         return None
     kind = delta_type(f)
     if kind in ("byte", "short", "integer", "long", "float", "double", "string", "date"):
