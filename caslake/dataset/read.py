@@ -14,8 +14,10 @@ never mixes generations; a part that vanishes or changes under it is a
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,12 +194,47 @@ def open_part(store: ObjectStore, dataset_key: str, part: ResolvedPart, *,
         raise _part_error(dataset_key, part, exc) from None
 
 
+def written_schemas(pf: pq.ParquetFile) -> list[pa.Schema]:
+    """The schemas a part's writer may have hashed: the schema as read, and the Arrow
+    schema the writer stored in the footer (``ARROW:schema``).  They differ for nested
+    columns: Parquet renames a list's item field ``element`` and a map's entries field,
+    and the read schema shows those names while the writer hashed its own."""
+    out = [pf.schema_arrow]
+    raw = (pf.metadata.metadata or {}).get(b"ARROW:schema")
+    if raw is not None:
+        # not a schema: the read schema alone decides
+        with contextlib.suppress(ValueError, pa.ArrowException):
+            out.append(pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw))))
+    return out
+
+
+def output_schema(pf: pq.ParquetFile) -> pa.Schema:
+    """The schema a part reads back as: its writer's own (``ARROW:schema``) when
+    that has the same columns, so nested names (a list's ``item``, a map's
+    ``entries``) and types Parquet does not keep (``date64``) come back as written;
+    else the schema as read."""
+    read, *stored = written_schemas(pf)
+    if stored and stored[0].names == read.names:
+        return stored[0]
+    return read
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` (as Parquet read it) in ``schema`` (its writer's)."""
+    if table.schema.equals(schema):
+        return table
+    try:
+        return table.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return table  # not castable: the values as Parquet read them
+
+
 def check_parts(resolved: Resolved, files: Sequence[pq.ParquetFile]) -> None:
     """Every part has the manifest's schema hash and the row counts sum to ``row_count``."""
     m = resolved.manifest
     total = 0
     for part, pf in zip(resolved.parts, files, strict=True):
-        if not schema_hash_matches(m.schema_hash, pf.schema_arrow):
+        if not any(schema_hash_matches(m.schema_hash, s) for s in written_schemas(pf)):
             raise ManifestCorrupted(
                 f"{resolved.dataset_key}/{MANIFEST}",
                 f"part {part.name!r} has schema {pf.schema_arrow.names} whose hash does not "
@@ -247,7 +284,7 @@ def plan_read(store: ObjectStore, resolved: Resolved, columns: Sequence[str] | N
                  resolved.parts)
     if verify:
         check_parts(resolved, files)
-    schema = files[0].schema_arrow
+    schema = output_schema(files[0])
     names = check_columns(schema, columns)
     bound = compile_where(where, schema)
     plan = ReadPlan(resolved.dataset_key, pa.schema([schema.field(n) for n in names]), names)
@@ -264,13 +301,26 @@ def plan_read(store: ObjectStore, resolved: Resolved, columns: Sequence[str] | N
     return plan, bound
 
 
+def prunable_types(schema: pa.Schema, names: Iterable[str]) -> dict[str, pa.DataType]:
+    """The types of the named top-level columns whose footer statistics pruning can
+    use: primitive columns, except half floats (Parquet keeps their bounds as raw
+    bytes); a nested column's statistics are those of its leaves."""
+    out = {}
+    for name in names:
+        i = schema.get_field_index(name)
+        t = schema.field(i).type if i >= 0 else None
+        if t is not None and not pa.types.is_nested(t) and not pa.types.is_float16(t):
+            out[name] = t
+    return out
+
+
 def prune_row_groups(pf: pq.ParquetFile, bound: BoundExpr | None) -> list[int]:
     """The row groups of a part whose footer statistics do not rule ``bound`` out."""
     md = pf.metadata
     groups = list(range(md.num_row_groups))
     if bound is None:
         return groups
-    types = {f.name: f.type for f in pf.schema_arrow}
+    types = prunable_types(pf.schema_arrow, referenced_columns(bound))
     return [rg for rg in groups if might_match(bound, row_group_stats(md, rg, types),
                                                md.row_group(rg).num_rows)]
 
@@ -293,7 +343,7 @@ def part_batches(dataset_key: str, part: ResolvedPart, pf: pq.ParquetFile,
         if bound is not None:
             t = filter_table(t, bound)
         t = t.select(list(columns))
-        yield from (t.cast(schema) if schema is not None else t).to_batches()
+        yield from (conform(t, schema) if schema is not None else t).to_batches()
 
 
 def stream(plan: ReadPlan, bound: BoundExpr | None) -> Iterator[pa.RecordBatch]:
@@ -308,9 +358,11 @@ def read_whole(store: ObjectStore, resolved: Resolved, columns: Sequence[str] | 
     """Every part in full (projected), checked before the table is returned."""
     def one(part: ResolvedPart) -> tuple[pq.ParquetFile, pa.Table]:
         pf = open_part(store, resolved.dataset_key, part, whole=True)
-        names = check_columns(pf.schema_arrow, columns)
+        schema = output_schema(pf)
+        names = check_columns(schema, columns)
         try:
-            return pf, pf.read(columns=names, use_threads=True)
+            table = pf.read(columns=names, use_threads=True)
+            return pf, conform(table, pa.schema([schema.field(n) for n in names]))
         except (OSError, pa.ArrowException) as exc:
             raise _part_error(resolved.dataset_key, part, exc) from None
 
