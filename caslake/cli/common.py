@@ -29,7 +29,7 @@ def storage_options(pairs: Sequence[str] | None) -> StorageOptions | None:
 
 
 def print_table(table: pa.Table, out: TextIO, limit: int | None) -> None:
-    rows = table.to_pylist()
+    rows = table.to_pylist(maps_as_pydicts="lossy")  # a display: a map as {key: value}
     cols = table.column_names
     cells = [[cell(r[c]) for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
@@ -44,7 +44,7 @@ def print_table(table: pa.Table, out: TextIO, limit: int | None) -> None:
 def cell(v: Any) -> str:
     if v is None:
         return "NULL"
-    s = str(v)
+    s = json.dumps(v, default=str) if isinstance(v, dict | list) else str(v)
     return s if len(s) <= 60 else s[:57] + "..."
 
 

@@ -34,6 +34,9 @@ import base64
 import binascii
 import csv
 import datetime as dt
+import decimal
+import json
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +48,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
-from caslake.errors import InputDataError, InvalidArgument, SchemaMismatch
+from caslake.errors import CaslakeError, InputDataError, InvalidArgument, SchemaMismatch
 
 BATCH_ROWS = 65_536
 BLOCK_BYTES = 1 << 22
@@ -66,6 +69,22 @@ class InvalidTextFormat(InvalidArgument):
         self.option = option
         self.format = format
         self.directive = directive
+
+
+class CsvCannotHold(InvalidArgument):
+    """A nested column (struct, list, map) has no CSV form; ``column`` names it."""
+
+    def __init__(self, column: str, type: pa.DataType, what: str) -> None:
+        super().__init__(f"column {column!r} is {_type_name(type)}, which CSV cannot hold; "
+                         f"{what}")
+        self.column = column
+
+
+def refuse_nested_csv(schema: pa.Schema, what: str) -> None:
+    """CsvCannotHold for the first nested column of ``schema``."""
+    for f in schema:
+        if pa.types.is_nested(f.type):
+            raise CsvCannotHold(f.name, f.type, what)
 
 
 @dataclass(frozen=True)
@@ -197,6 +216,9 @@ def _open_csv(p: Path, schema: pa.Schema | None, opts: TextOptions) -> pa.Record
     parse = pcsv.ParseOptions(delimiter=_delimiter(p), newlines_in_values=True)
     read = pcsv.ReadOptions(block_size=BLOCK_BYTES)
     header = _header(p)
+    if schema is not None:
+        refuse_nested_csv(schema, "append it from JSON lines (.jsonl, one object per row, "
+                          "as `caslake scan --json` writes) or Parquet")
     if schema is None:
         types = _infer_csv_types(p, parse, read, opts)
     else:
@@ -379,8 +401,9 @@ def _open_json(p: Path, schema: pa.Schema | None) -> pa.RecordBatchReader:
     read = pjson.ReadOptions(block_size=BLOCK_BYTES)
     if schema is None:
         inferred = pjson.open_json(p, read_options=read).schema
-        schema = pa.schema([pa.field(f.name, pa.string() if pa.types.is_null(f.type)
-                                     else f.type) for f in inferred])
+        schema = pa.schema([f.with_type(_no_null_type(f.type)) for f in inferred])
+    if any(pa.types.is_nested(f.type) for f in schema):
+        return pa.RecordBatchReader.from_batches(schema, _nested_json_batches(p, schema))
     text_schema = pa.schema([pa.field(f.name, f.type if _json_native(f.type) else pa.string())
                              for f in schema])
     reader = pjson.open_json(p, read_options=read, parse_options=pjson.ParseOptions(
@@ -432,3 +455,181 @@ def _json_text_to(col: pa.Array[Any], typ: pa.DataType) -> pa.Array[Any]:
         return pa.array([None if v is None else dt.time.fromisoformat(v)
                          for v in col.to_pylist()], typ)
     return col.cast(typ)
+
+
+# --- JSON lines with nested columns ---------------------------------------------------------
+#
+# Arrow's JSON reader has no maps and no text form of the types JSON lacks inside a
+# struct or list, so a table with a nested column reads its JSON lines here: each
+# line parsed by ``json``, each value converted by its type at every level.
+
+
+def _no_null_type(t: pa.DataType) -> pa.DataType:
+    """An inferred type with every null type (a field with no value yet) a string."""
+    if pa.types.is_null(t):
+        return pa.string()
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_no_null_type(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_no_null_type(t.value_type)))
+    return t
+
+
+class _Bad(Exception):
+    """A JSON value that is not of its field's type (``typ``), or a field the struct
+    does not have (``typ`` None); ``path`` names the field."""
+
+    def __init__(self, path: str, value: Any, typ: pa.DataType | None) -> None:
+        super().__init__(path)
+        self.path, self.value, self.typ = path, value, typ
+
+    def error(self, p: Path, line: int) -> InputDataError:
+        if self.typ is None:
+            parent, _, name = self.path.rpartition(".")
+            return InputDataError(f"{str(p)!r} line {line}: {self.path!r} is not in the table "
+                                  f"(struct {parent!r} has no field {name!r})", path=str(p),
+                                  line=line,
+                                  column=self.path, value=_shown(self.value))
+        return _bad(p, line, self.path, _shown(self.value), _type_name(self.typ))
+
+
+def _type_name(t: pa.DataType) -> str:
+    from caslake.format.type_text import type_text
+
+    try:
+        return type_text(t)
+    except CaslakeError:
+        return str(t)
+
+
+def _nested_json_batches(p: Path, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    lines: list[tuple[int, str]] = []
+    with open(p, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                lines.append((number, line))
+            if len(lines) == BATCH_ROWS:
+                yield _json_batch(p, lines, schema)
+                lines = []
+    if lines:
+        yield _json_batch(p, lines, schema)
+
+
+def _json_batch(p: Path, lines: list[tuple[int, str]], schema: pa.Schema) -> pa.RecordBatch:
+    columns: dict[str, list[Any]] = {f.name: [] for f in schema}
+    for number, line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise InvalidArgument(f"{str(p)!r} line {number} is not JSON: {e}") from None
+        if not isinstance(row, dict):
+            raise InvalidArgument(f"{str(p)!r} line {number} is not a JSON object (JSON lines: "
+                                  "one object per line)")
+        extra = [k for k in row if k not in columns]
+        if extra:
+            raise SchemaMismatch(f"{str(p)!r} line {number} has column(s) "
+                                 f"{', '.join(map(repr, extra))} the table does not",
+                                 column=extra[0])
+        for field in schema:
+            try:
+                columns[field.name].append(_json_to(row.get(field.name), field.type,
+                                                    field.name))
+            except _Bad as e:
+                raise e.error(p, number) from None
+    arrays = []
+    for field in schema:
+        try:
+            arrays.append(pa.array(columns[field.name], field.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as e:
+            raise InvalidArgument(f"{str(p)!r}: a value of column {field.name!r} (lines "
+                                  f"{lines[0][0]}-{lines[-1][0]}) does not fit {field.type}: "
+                                  f"{e}") from None
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _shown(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _json_to(v: Any, t: pa.DataType, path: str) -> Any:
+    """The Python value pyarrow builds a ``t`` from, for JSON value ``v``: a struct
+    from an object, a list from an array, a map from an object (or an array of
+    ``[key, value]`` pairs), and the text forms ``scan --json`` writes."""
+    if v is None:
+        return None
+    if pa.types.is_struct(t):
+        if not isinstance(v, dict):
+            raise _Bad(path, v, t)
+        names = {f.name for f in t}
+        extra = next((k for k in v if k not in names), None)
+        if extra is not None:
+            raise _Bad(f"{path}.{extra}", v[extra], None)
+        return {f.name: _json_to(v.get(f.name), f.type, f"{path}.{f.name}") for f in t}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        if not isinstance(v, list):
+            raise _Bad(path, v, t)
+        return [_json_to(x, t.value_type, f"{path}.element") for x in v]
+    if pa.types.is_map(t):
+        pairs = (list(v.items()) if isinstance(v, dict) else
+                 [tuple(x) for x in v if isinstance(x, list) and len(x) == 2]
+                 if isinstance(v, list) else None)
+        if pairs is None or (isinstance(v, list) and len(pairs) != len(v)):
+            raise _Bad(path, v, t)
+        return [(_key_to(k, t.key_type, f"{path}.key"), _json_to(x, t.item_type,
+                                                                 f"{path}.value"))
+                for k, x in pairs]
+    return _leaf(v, t, path)
+
+
+def _key_to(k: Any, t: pa.DataType, path: str) -> Any:
+    """A map key: a JSON object's keys are text, whatever the key type."""
+    if k is None:
+        raise _Bad(path, k, t)
+    if isinstance(k, str) and (pa.types.is_integer(t) or pa.types.is_floating(t)
+                               or pa.types.is_boolean(t)):
+        try:
+            k = json.loads(k)
+        except ValueError:
+            raise _Bad(path, k, t) from None
+    return _leaf(k, t, path)
+
+
+def _leaf(v: Any, t: pa.DataType, path: str) -> Any:
+    try:
+        return _leaf_value(v, t)
+    except (ValueError, TypeError, binascii.Error, decimal.InvalidOperation):
+        raise _Bad(path, v, t) from None
+
+
+def _leaf_value(v: Any, t: pa.DataType) -> Any:
+    if pa.types.is_boolean(t):
+        if not isinstance(v, bool):
+            raise TypeError(v)
+        return v
+    if pa.types.is_integer(t):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(v)
+        return v
+    if pa.types.is_floating(t):
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise TypeError(v)
+        return float(v)
+    if pa.types.is_decimal(t):
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            raise TypeError(v)
+        return decimal.Decimal(str(v))
+    if not isinstance(v, str):
+        raise TypeError(v)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return v
+    if isinstance(t, pa.BaseExtensionType) and t.extension_name == "arrow.uuid":
+        return uuid.UUID(v)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return base64.b64decode(v, validate=True)
+    if pa.types.is_date(t):
+        return dt.date.fromisoformat(v)
+    if pa.types.is_time(t):
+        return dt.time.fromisoformat(v)
+    if pa.types.is_timestamp(t):
+        return dt.datetime.fromisoformat(v)
+    raise TypeError(t)

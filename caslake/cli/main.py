@@ -131,13 +131,17 @@ def _check_input(args: argparse.Namespace, schema: pa.Schema | None,
 
 
 def _parse_schema_arg(text: str) -> pa.Schema:
+    """``--schema 'id:int64,tags:list<string>,dev:struct<os:string,v:int32>,
+    attrs:map<string,int64>'``: columns split on the commas outside ``[...]``,
+    ``(...)`` and ``<...>``; nested types as caslake.format.type_text reads them."""
     from caslake.format.schema import type_from_str
+    from caslake.format.type_text import parse_type
 
     parts: list[str] = []
     depth, start = 0, 0
-    for i, ch in enumerate(text):  # split on commas outside [...] and (...)
-        depth += ch in "[("
-        depth -= ch in "])"
+    for i, ch in enumerate(text):  # split on commas outside [...], (...) and <...>
+        depth += ch in "[(<"
+        depth -= ch in "])>"
         if ch == "," and depth == 0:
             parts.append(text[start:i])
             start = i + 1
@@ -147,10 +151,14 @@ def _parse_schema_arg(text: str) -> pa.Schema:
         if ":" not in part:
             raise InvalidArgument(f"schema entry {part!r} must look like name:type")
         name, typ = (s.strip() for s in part.split(":", 1))
+        if "<" in typ:
+            fields.append(pa.field(name, parse_type(typ, name)))
+            continue
         try:
             fields.append(pa.field(name, type_from_str(typ)))
         except ValueError:
-            raise InvalidArgument(f"unknown type {typ!r} for column {name!r}") from None
+            raise InvalidArgument(f"unknown type {typ!r} for column {name!r} (nested types: "
+                                  "list<T>, struct<name:T,...>, map<K,V>)") from None
     return pa.schema(fields)
 
 
@@ -421,7 +429,8 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
               "stored)\n")
     out.write(f"files      {info['files']:,} ({info['bytes']:,} bytes)\n")
     out.write(f"tombstones {info['tombstones']} (current version)\n")
-    out.write("schema     " + ", ".join(f"{f['name']}:{f['type']}" for f in info["schema"]) + "\n")
+    out.write("schema     " + ", ".join(_field_text(f, ids=False) for f in info["schema"])
+              + "\n")
     if info["data_files"]:
         files = pa.table({
             "path": [f["path"] for f in info["data_files"]],
@@ -519,7 +528,7 @@ def _pair(text: str, what: str) -> tuple[str, str]:
 
 def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
     table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
-    if args.add or args.rename or args.drop or args.widen:
+    if args.add or args.rename or args.drop or args.widen or args.make_nullable:
         upd = table.update_schema()
         for spec in args.add or []:
             upd.add_column(*_pair(spec, "--add"))
@@ -529,6 +538,8 @@ def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
             upd.drop_column(name)
         for spec in args.widen or []:
             upd.widen_column(*_pair(spec, "--widen"))
+        for name in args.make_nullable or []:
+            upd.make_nullable(name)
         upd.commit()
     history: list[dict[str, Any]] = []
     for snap in reversed(table.io.history(table.refresh().snapshot)):
@@ -544,11 +555,27 @@ def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
         _emit_json(history, out)
         return 0
     for h in history:
-        cols = ", ".join(f"{f['name']}:{f['type']}#{f['id']}" for f in h["fields"])
+        cols = ", ".join(_field_text(f, ids=True) for f in h["fields"])
         what = h["changes"] or h["operation"]
         out.write(f"schema {h['schema_id']} (since version {h['since_version']}, {what}): "
                   f"{cols}\n")
     return 0
+
+
+def _field_text(f: dict[str, Any], *, ids: bool) -> str:
+    """``name:type`` of a field's JSON form, nested types spelled out as ``--schema``
+    takes them (``dev:struct<os:string,v:int32>``); ``#id`` after each with ``ids``."""
+    return f"{f['name']}:{_type_text(f, ids=ids)}"
+
+
+def _type_text(f: dict[str, Any], *, ids: bool) -> str:
+    tag = f"#{f['id']}" if ids else ""
+    kids = f.get("fields") or []
+    if f["type"] == "struct":
+        inner = ",".join(_field_text(c, ids=ids) for c in kids)
+    else:  # a list's element, a map's key and value: by position
+        inner = ",".join(_type_text(c, ids=ids) for c in kids)
+    return f"{f['type']}<{inner}>{tag}" if kids else f"{f['type']}{tag}"
 
 
 def cmd_properties(args: argparse.Namespace, out: TextIO) -> int:
@@ -656,8 +683,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--from", dest="source",
                    help="Parquet, CSV or JSON lines file giving the rows (and, without "
                    "--schema, the schema)")
-    c.add_argument("--schema", help="explicit schema, e.g. 'id:int64,name:string'; with "
-                   "--from, the types of the file's columns")
+    c.add_argument("--schema", help="explicit schema, e.g. 'id:int64,name:string,"
+                   "tags:list<string>,dev:struct<os:string,v:int32>,attrs:map<string,int64>'; "
+                   "with --from, the types of the file's columns")
     c.add_argument("--format", choices=list(FORMATS), help="input format (default: by suffix)")
     c.add_argument("--progress", action="store_true", help="always show progress")
     text_args(c, output=False)
@@ -775,10 +803,17 @@ def build_parser() -> argparse.ArgumentParser:
     cl.set_defaults(fn=cmd_clone)
 
     sc = table_cmd("schema", "schema history (ids and changes); optionally change it")
-    sc.add_argument("--add", action="append", metavar="NAME:TYPE", help="add a column")
-    sc.add_argument("--rename", action="append", metavar="OLD:NEW", help="rename a column")
-    sc.add_argument("--drop", action="append", metavar="NAME", help="drop a column")
-    sc.add_argument("--widen", action="append", metavar="NAME:TYPE", help="widen a type")
+    sc.add_argument("--add", action="append", metavar="NAME:TYPE",
+                    help="add a column, or a struct's field by its dotted path; TYPE may be "
+                    "nested, e.g. dev.loc:struct<lat:float64,lon:float64> or tags:list<string>")
+    sc.add_argument("--rename", action="append", metavar="OLD:NEW",
+                    help="rename a column or nested field (dev.os:platform)")
+    sc.add_argument("--drop", action="append", metavar="NAME",
+                    help="drop a column or a struct's field (dev.os)")
+    sc.add_argument("--widen", action="append", metavar="NAME:TYPE",
+                    help="widen a type, nested ones by path (tags.element:int64)")
+    sc.add_argument("--make-nullable", action="append", metavar="NAME",
+                    help="let a column or nested field hold NULL")
     sc.add_argument("--json", action="store_true", help="print the result as JSON")
     sc.set_defaults(fn=cmd_schema)
 

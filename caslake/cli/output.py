@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from caslake.cli.input import TextOptions, uses_format
+from caslake.cli.input import TextOptions, refuse_nested_csv, uses_format
 from caslake.errors import InvalidArgument
 
 JSON_SLICE_ROWS = 1024
@@ -41,22 +41,59 @@ def parse_size(text: str) -> int:
 
 
 def json_value(v: Any) -> Any:
-    """JSON for a value pyarrow's ``to_pylist`` returns that json cannot encode."""
+    """JSON for a value pyarrow's ``to_pylist`` returns that json cannot encode: dates,
+    times and timestamps in ISO 8601, binary in base64, decimals and UUIDs as text."""
     if isinstance(v, datetime | date | time):
         return v.isoformat()
     if isinstance(v, bytes):
         return base64.b64encode(v).decode("ascii")
-    return str(v)  # Decimal and anything else: its exact text
+    return str(v)  # Decimal, UUID and anything else: its exact text
+
+
+def _json_keys(v: Any) -> Any:
+    """``v`` with every dict key that json cannot take (a date, bytes, a Decimal: map
+    keys) turned into its text."""
+    if isinstance(v, dict):
+        return {(k if isinstance(k, str | int | float | bool) else json_value(k)):
+                _json_keys(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_json_keys(x) for x in v]
+    return v
+
+
+def _has_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    return any(_has_map(t.field(i).type) for i in range(t.num_fields))
+
+
+def _rows(piece: pa.RecordBatch) -> list[dict[str, Any]]:
+    """The rows of ``piece``, a map as a JSON object (DuckDB's ``to_json`` too); a map
+    with a key twice is an error rather than a lossy object."""
+    if not any(_has_map(f.type) for f in piece.schema):
+        return piece.to_pylist()
+    try:
+        return piece.to_pylist(maps_as_pydicts="strict")
+    except (KeyError, ValueError, pa.ArrowException) as e:
+        raise InvalidArgument(f"a map holds a key twice, which a JSON object cannot ({e}); "
+                              "write the rows with --output FILE.parquet instead") from None
+
+
+def _dumps(row: dict[str, Any]) -> str:
+    try:
+        return json.dumps(row, default=json_value)
+    except TypeError:  # a map key json cannot take
+        return json.dumps(_json_keys(row), default=json_value)
 
 
 def emit_json_lines(batches: Iterable[pa.RecordBatch], out: TextIO) -> int:
-    """One JSON object per row, flushed per batch; returns the rows written."""
+    """One JSON object per row, flushed per batch; returns the rows written.  Nested
+    values are JSON objects (structs, maps) and arrays (lists)."""
     n = 0
     for b in batches:
         for start in range(0, b.num_rows, JSON_SLICE_ROWS):  # a reader (| head) sees rows early
             piece = b.slice(start, JSON_SLICE_ROWS)
-            out.write("".join(json.dumps(row, default=json_value) + "\n"
-                              for row in piece.to_pylist()))
+            out.write("".join(_dumps(row) + "\n" for row in _rows(piece)))
             out.flush()
             n += piece.num_rows
     return n
@@ -89,6 +126,9 @@ def write_output(batches: Iterable[pa.RecordBatch], schema: pa.Schema, path: str
     in place."""
     kind = output_format(path, fmt)
     options = (options or TextOptions()).check()
+    if kind == "csv":
+        refuse_nested_csv(schema, "print the rows with --json, or write Parquet "
+                          "(--output FILE.parquet), or leave the column out with --columns")
     target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
     in_place = target.exists() and not target.is_file()
     tmp = target if in_place else _temporary(target)
