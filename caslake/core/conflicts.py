@@ -21,9 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from caslake.core.metadata_io import MetadataIO, Snapshot
-from caslake.core.read.scan import summary_matcher
+from caslake.core.read.scan import leaf_stats, predicate_leaves, summary_matcher
 from caslake.expr import And, BoundExpr, Expr, col, compile_where, might_match
-from caslake.format.stats import data_file_stats
 
 
 @dataclass(frozen=True)
@@ -128,7 +127,7 @@ def changed_since(io: MetadataIO, read: Snapshot, base: Snapshot,
         for f, key in changed:
             if bound is None:
                 return f"{f.path} changed"
-            fields = [fld for fld in schema.fields if fld.name in bound.columns]
-            if might_match(bound, data_file_stats(f, fields, key=key), f.row_count):
+            stats = leaf_stats(f.stats, predicate_leaves(bound, schema), key=key, path=f.path)
+            if might_match(bound, stats, f.row_count):
                 return f"{f.path}, which may hold rows matching {cond.describe()}, changed"
     return None

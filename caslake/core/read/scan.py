@@ -45,21 +45,24 @@ from caslake.core.segments import MightMatch
 from caslake.errors import CorruptMetadata, InvalidArgument
 from caslake.expr import (
     BoundExpr,
+    ColumnStats,
     Expr,
+    StatsKey,
     compile_where,
     filter_table,
     is_computed,
     might_match,
     predicate_mask,
+    pruning_paths,
     referenced_columns,
     resolve_column,
 )
 from caslake.format.manifest import DataFile, TombstoneRef
-from caslake.format.parquet import VERIFY_PAGE_CHECKSUMS, FooterInfo, LeafSpan
-from caslake.format.schema import MAP, Field, TableSchema, type_to_str
+from caslake.format.parquet import VERIFY_PAGE_CHECKSUMS, FooterInfo, LeafSpan, row_group_stats
+from caslake.format.schema import MAP, STRUCT, Field, TableSchema, type_to_str
 from caslake.format.schema_evolution import conform_column, field_ids_of, is_widening
 from caslake.format.segment import Stats
-from caslake.format.stats import column_stats, data_file_stats
+from caslake.format.stats import column_stats
 from caslake.store.base import GET_RANGE
 
 POSITION = "__pos"
@@ -294,7 +297,8 @@ class Scan(ArrowExport):
         pred_tops = top_columns(schema, pred_cols)
         # Read the projection plus the predicate's columns, in table order.
         self._read_columns = [n for n in names if n in set(self.columns) | pred_tops]
-        self._pred_fields = [f for f in schema.fields if f.name in pred_cols]
+        # The columns and struct leaves whose statistics prune the predicate.
+        self._pred_leaves = {} if self._bound is None else predicate_leaves(self._bound, schema)
         # Each column read, as the field it is read as: a column projected only in
         # part (and not in the predicate) reads just the projected fields' leaves.
         self._read_fields = {n: self._pruned[n] if n in self._pruned and n not in pred_tops
@@ -335,7 +339,7 @@ class Scan(ArrowExport):
     def _file_might_match(self, f: DataFile) -> bool:
         if self._bound is None:
             return True
-        stats = data_file_stats(f, self._pred_fields, key=self.source.key)
+        stats = leaf_stats(f.stats, self._pred_leaves, key=self.source.key, path=f.path)
         return bool(might_match(self._bound, stats, f.row_count))
 
     def _source(self) -> tuple[list[DataFile], Sequence[TombstoneRef],
@@ -389,6 +393,7 @@ class Scan(ArrowExport):
                                schema.field(dst).arrow_type) for src, dst in rename.items())
         file_types = {src: self._rg_types[dst] for src, dst in rename.items()
                       if dst in self._rg_types}
+        struct_leaves = footer_leaves(footer, schema, self._pred_leaves, rename)
         wanted = only_groups.get(f.path)
         groups = []
         for rg, (start, n) in enumerate(zip(footer.group_starts, footer.group_rows,
@@ -398,7 +403,8 @@ class Scan(ArrowExport):
             counts[0] += 1
             if n == 0 or (self._bound is not None and not might_match(
                     self._bound, {rename[k]: v for k, v in footer.row_group_stats(
-                        rg, file_types).items()}, n)):
+                        rg, file_types).items()} | leaf_group_stats(footer, rg, struct_leaves),
+                    n)):
                 counts[1] += 1
                 continue
             if mask is not None and mask.group_fully_deleted(rg, start, n):
@@ -815,14 +821,71 @@ def unit_bytes(unit: Unit) -> int:
 def summary_matcher(bound: BoundExpr, *, schema: TableSchema) -> MightMatch:
     """Whether a segment or block whose entries' merged statistics are ``stats``
     may hold a row ``bound`` matches: the same soundness rules as a single file."""
-    fields = [f for f in schema.fields if f.name in referenced_columns(bound)]
+    leaves = predicate_leaves(bound, schema)
 
     def check(stats: Stats, rows: int, where: str) -> bool:
-        cols = {fld.name: column_stats(stats[fld.id], fld.arrow_type, key=where, path=where,
-                                       column=fld.name)
-                for fld in fields if fld.id in stats}
-        return bool(might_match(bound, cols, rows))
+        return bool(might_match(bound, leaf_stats(stats, leaves, key=where, path=where), rows))
     return check
+
+
+PredicateLeaves = dict[StatsKey, tuple[str, Field]]
+
+
+def predicate_leaves(bound: BoundExpr, schema: TableSchema) -> PredicateLeaves:
+    """The primitive columns and struct leaves (``device.os``) whose statistics
+    can prune ``bound``, under the key :func:`~caslake.expr.might_match` reads
+    them by (see :func:`~caslake.expr.pruning_paths`), each with its dotted path."""
+    out: PredicateLeaves = {}
+    for path in pruning_paths(bound):
+        node = schema.find(path[0])
+        for name in path[1:]:
+            node = node.child(name) if node is not None and node.type == STRUCT else None
+        if node is not None and not node.nested:
+            out[path[0] if len(path) == 1 else path] = (".".join(path), node)
+    return out
+
+
+def leaf_stats(stats: Stats, leaves: PredicateLeaves, *, key: str, path: str
+               ) -> dict[StatsKey, ColumnStats]:
+    """Manifest or summary statistics (by field id) of the predicate's ``leaves``;
+    a leaf without any is unknown.  A bad value is CorruptMetadata naming ``key``."""
+    return {k: column_stats(stats[f.id], f.arrow_type, key=key, path=path, column=name)
+            for k, (name, f) in leaves.items() if f.id in stats}
+
+
+def footer_leaves(footer: FooterInfo, schema: TableSchema, leaves: PredicateLeaves,
+                  rename: Mapping[str, str]) -> dict[StatsKey, tuple[int, pa.DataType]]:
+    """The leaf column of a data file, and the table type, of each struct leaf in
+    ``leaves``: matched by field id at every level (``rename``: the file's
+    top-level names to the table's).  A leaf the file does not hold is left out."""
+    by_table = {dst: src for src, dst in rename.items()}
+    spans = footer.leaf_spans
+    out: dict[StatsKey, tuple[int, pa.DataType]] = {}
+    for key, (_, leaf) in leaves.items():
+        if isinstance(key, str) or key[0] not in by_table:
+            continue  # a column: read through the footer's column statistics
+        node: Field | None = schema.field(key[0])
+        span: LeafSpan | None = spans.get(by_table[key[0]])
+        for name in key[1:]:
+            node = node.child(name) if node is not None else None
+            span = span.child_by_id(node.id) if span is not None and node is not None else None
+        if span is not None and not span.children and span.count == 1:
+            out[key] = (span.first, leaf.arrow_type)
+    return out
+
+
+def leaf_group_stats(footer: FooterInfo, rg: int,
+                     leaves: Mapping[StatsKey, tuple[int, pa.DataType]]
+                     ) -> dict[StatsKey, ColumnStats]:
+    """Footer statistics of row group ``rg`` for struct leaves (:func:`footer_leaves`).
+    Parquet counts a leaf's nulls at every level, so a struct leaf's null count is
+    the rows where it, or any struct above it, is NULL -- what a predicate sees."""
+    if not leaves:
+        return {}
+    names = {key: str(i) for i, key in enumerate(leaves)}
+    stats = row_group_stats(footer.metadata, rg, {names[k]: t for k, (_, t) in leaves.items()},
+                            leaves={names[k]: i for k, (i, _) in leaves.items()})
+    return {k: stats[names[k]] for k in leaves if names[k] in stats}
 
 
 def drop_deleted(table: pa.Table, dead: np.ndarray,
