@@ -419,7 +419,7 @@ def _parse_schema(doc: _Doc) -> TableSchema:
 
 
 def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
-    by_id = schema.by_id()
+    by_id = schema.all_by_id()  # columns, and (format 4) fields inside structs
     stats: dict[int, dict[str, Any]] = {}
     raw_stats = doc.get("stats", dict, optional=True, default={})
     for sk, sv in raw_stats.items():

@@ -35,20 +35,22 @@ import itertools
 import json
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile
+from caslake.format.schema import TableSchema
 from caslake.format.stats import ColumnStats, JsonStats, footer_value, value_to_json
 
 MAGIC = b"PAR1"
+K = TypeVar("K")
 #: Bytes after the footer's Thrift metadata: its little-endian u32 length, then MAGIC.
 TRAILER_SIZE = 8
 
@@ -582,34 +584,67 @@ def _leaf_stats(stats: Any, t: pa.DataType) -> ColumnStats:
 
 def file_stats(md: pq.FileMetaData, columns: dict[str, pa.DataType]) -> dict[str, JsonStats]:
     """Whole-file stats, merged over row groups, in their manifest (JSON) form,
-    keyed by column name.  A bound unknown in any row group is left out."""
-    acc: dict[str, JsonStats] = {}
-    known_minmax: dict[str, bool] = {name: True for name in columns}
-    known_nulls: dict[str, bool] = {name: True for name in columns}
+    keyed by column name (top-level primitive columns).  A bound unknown in any
+    row group is left out."""
     leaves = top_level_leaves(md)
+    return _merged_stats(md, {n: (leaves[n], t) for n, t in columns.items() if n in leaves})
+
+
+def stats_by_field_id(md: pq.FileMetaData, schema: TableSchema) -> dict[int, JsonStats]:
+    """A data file's manifest statistics, keyed by field id: every top-level
+    primitive column, and every primitive field reached from a column through
+    structs only (``dev.geo.lat``; not inside a list or a map, whose footer
+    statistics are over elements, not rows).  Fields are matched to the file's
+    leaves by the file's field ids; a field whose stats are all unknown is left out."""
+    wanted = {fid: f for fid, (path, f) in schema.all_by_id().items() if not f.nested}
+    spans = leaf_spans(md.schema.to_arrow_schema(), md.num_columns, path="parquet file")
+    leaves: dict[int, tuple[int, pa.DataType]] = {}
+    for span in _struct_leaves(spans):
+        fid = span.field_id
+        if fid is not None and fid in wanted:
+            leaves[fid] = (span.first, wanted[fid].arrow_type)
+    return {k: v for k, v in _merged_stats(md, leaves).items() if v}
+
+
+def _struct_leaves(spans: Iterable[LeafSpan]) -> Iterable[LeafSpan]:
+    """The primitive nodes of ``spans`` reached through structs only."""
+    for span in spans:
+        if not span.children:
+            yield span
+        elif pa.types.is_struct(span.field.type):
+            yield from _struct_leaves(span.children)
+
+
+def _merged_stats(md: pq.FileMetaData, leaves: Mapping[K, tuple[int, pa.DataType]]
+                  ) -> dict[K, JsonStats]:
+    """Statistics of each leaf ``key -> (leaf index, type)`` merged over the row groups."""
+    acc: dict[K, JsonStats] = {}
+    known_minmax = dict.fromkeys(leaves, True)
+    known_nulls = dict.fromkeys(leaves, True)
     for rg in range(md.num_row_groups):
-        for name, cs in row_group_stats(md, rg, columns, leaves=leaves).items():
-            t = columns[name]
-            entry = acc.setdefault(name, {})
+        group = md.row_group(rg)
+        for key, (i, t) in leaves.items():
+            cs = _leaf_stats(group.column(i).statistics, t)
+            entry = acc.setdefault(key, {})
             if cs.null_count is None:
-                known_nulls[name] = False
+                known_nulls[key] = False
             else:
                 entry["nulls"] = entry.get("nulls", 0) + cs.null_count
             if cs.min is None or cs.max is None:
-                if md.row_group(rg).num_rows > (cs.null_count or 0) or cs.null_count is None:
-                    known_minmax[name] = False
+                if group.num_rows > (cs.null_count or 0) or cs.null_count is None:
+                    known_minmax[key] = False
                 continue
             lo, hi = value_to_json(cs.min, t), value_to_json(cs.max, t)
             if "min" not in entry or _less(lo, entry["min"], t):
                 entry["min"] = lo
             if "max" not in entry or _less(entry["max"], hi, t):
                 entry["max"] = hi
-    for name in list(acc):
-        if not known_minmax[name]:
-            acc[name].pop("min", None)
-            acc[name].pop("max", None)
-        if not known_nulls[name]:
-            acc[name].pop("nulls", None)
+    for key in list(acc):
+        if not known_minmax[key]:
+            acc[key].pop("min", None)
+            acc[key].pop("max", None)
+        if not known_nulls[key]:
+            acc[key].pop("nulls", None)
     return acc
 
 

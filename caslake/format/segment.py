@@ -37,7 +37,7 @@ import pyarrow as pa
 from caslake.errors import CorruptMetadata, UnsupportedFormatVersion
 from caslake.format import FORMAT_VERSION, SEGMENTS_FORMAT_VERSION
 from caslake.format.manifest import DataFile, parse_data_file, parse_table_schema
-from caslake.format.schema import TableSchema
+from caslake.format.schema import STRUCT, Field, TableSchema
 
 SEGMENT_FORMAT = "caslake.segment"
 HEADER_KEY = b"caslake.segment"
@@ -86,8 +86,9 @@ def merge_stats(parts: Iterable[tuple[Stats, int]],
     module docstring).  An entry whose column is all NULL (``nulls == rows``)
     bounds nothing, so its missing min/max does not make the summary's unknown.
     Raises ValueError/TypeError on values that do not compare."""
-    decimals = {f.id for f in schema.fields if f.type.startswith("decimal")}
-    ids = [f.id for f in schema.fields]
+    fields = stat_fields(schema)
+    decimals = {f.id for f in fields if f.type.startswith("decimal")}
+    ids = [f.id for f in fields]
     lo: dict[int, Any] = {}
     hi: dict[int, Any] = {}
     nulls: dict[int, int] = dict.fromkeys(ids, 0)
@@ -123,6 +124,21 @@ def merge_stats(parts: Iterable[tuple[Stats, int]],
             entry["nulls"] = nulls[fid]
         if entry:
             out[fid] = entry
+    return out
+
+
+def stat_fields(schema: TableSchema) -> list[Field]:
+    """The fields that carry statistics: the top-level columns, and (format 4) the
+    primitive fields reached from a column through structs only (``dev.geo.lat``)."""
+    out: list[Field] = []
+
+    def walk(f: Field) -> None:
+        out.append(f)
+        if f.type == STRUCT:
+            for c in f.children:
+                walk(c)
+    for f in schema.fields:
+        walk(f)
     return out
 
 

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile
-from caslake.format.schema import Field
+from caslake.format.schema import Field, TableSchema
 
 JsonStats = dict[str, Any]  # {"min": v, "max": v, "nulls": n}; keys may be absent
 
@@ -152,6 +152,21 @@ def column_stats(js: Mapping[str, Any] | None, t: pa.DataType, *, key: str, path
     except (TypeError, ValueError, OverflowError, ArithmeticError) as e:
         raise CorruptMetadata(key, f"statistics of {column!r} for {path} are not valid ({e})"
                               ) from None
+
+
+def field_stats(f: DataFile, field_id: int, schema: TableSchema, *, key: str
+                ) -> ColumnStats | None:
+    """Pruning statistics of one field of data file ``f`` (listed in manifest
+    ``key``) by its **field id**: a top-level column, or a primitive field inside
+    structs only (``dev.geo.lat``, format 4).  None when the manifest keeps none
+    for it (a field inside a list or map, an unknown id, a file written before).
+    A bad value is CorruptMetadata naming ``key``."""
+    js = f.stats.get(field_id)
+    hit = schema.all_by_id().get(field_id)
+    if js is None or hit is None or hit[1].nested:
+        return None
+    path, fld = hit
+    return column_stats(js, fld.arrow_type, key=key, path=f.path, column=path)
 
 
 def data_file_stats(f: DataFile, fields: Iterable[Field], *, key: str

@@ -85,7 +85,7 @@ from caslake.expr.nodes import to_sql
 from caslake.format import splice as sp
 from caslake.format.keys import data_file_key, tombstone_key
 from caslake.format.manifest import DataFile, TombstoneRef
-from caslake.format.parquet import file_stats
+from caslake.format.parquet import stats_by_field_id
 from caslake.format.parquet_thrift import MAGIC, decode_file_metadata, footer_length
 from caslake.format.refs import branch_key
 from caslake.format.schema import TableSchema
@@ -481,9 +481,7 @@ def _data_file(schema: TableSchema, key: str, etag: str, spliced: sp.SplicedFile
     assert isinstance(tail, bytes)
     tail = tail[-spliced.footer_size:]
     md: pq.FileMetaData = pq.read_metadata(pa.BufferReader(tail))
-    columns = {fld.name: fld.arrow_type for fld in schema.fields}
-    stats_by_name = file_stats(md, columns)
-    stats = {schema.field(n).id: st for n, st in stats_by_name.items() if st}
+    stats = stats_by_field_id(md, schema)
     return DataFile(path=key, size=spliced.size, etag=etag, row_count=spliced.num_rows,
                     row_group_count=spliced.row_group_count, footer_size=spliced.footer_size,
                     footer_crc32=zlib.crc32(tail), stats=stats)

@@ -42,9 +42,9 @@ from caslake.format.parquet import (
     TRAILER_SIZE,
     WRITE_PAGE_CHECKSUMS,
     ParquetConcat,
-    file_stats,
     footer_crc32,
     footer_size_from_trailer,
+    stats_by_field_id,
 )
 from caslake.format.schema import TableSchema
 from caslake.store.base import ObjectStore
@@ -153,7 +153,6 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
     GC; they are never visible.
     """
     arrow_schema = schema.to_arrow()
-    columns = {f.name: f.arrow_type for f in schema.fields}
     reader = data if isinstance(data, pa.RecordBatchReader) else None
     conform = SchemaConformer(arrow_schema, reader.schema) if reader is not None else None
     staging = store.staging_dir()
@@ -183,8 +182,7 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
             etag = put_new_file(store, key, done.path)
         finally:
             done.discard()
-        stats_by_name = file_stats(md, columns)
-        stats = {schema.field(n).id: st for n, st in stats_by_name.items() if st}
+        stats = stats_by_field_id(md, schema)
         out.append(DataFile(path=key, size=size, etag=etag, row_count=md.num_rows,
                             row_group_count=md.num_row_groups, footer_size=footer_size,
                             footer_crc32=footer_crc, stats=stats))
