@@ -42,7 +42,7 @@ from caslake.errors import (
     TxnAlreadyApplied,
     WriterOutlivedGc,
 )
-from caslake.format.schema import TableSchema
+from caslake.format.schema import STRUCT, Field, TableSchema
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,28 @@ class SchemaUnchanged:
 
 
 def _only_added_nullable(planned: TableSchema, now: TableSchema) -> bool:
-    by_id = now.by_id()
-    if any(by_id.get(f.id) != f for f in planned.fields):
+    """Whether ``now`` is ``planned`` plus optional columns and optional struct fields
+    at any depth (what ``add_column`` does, by any path)."""
+    return _extends(planned.fields, now.fields)
+
+
+def _extends(planned: tuple[Field, ...], now: tuple[Field, ...]) -> bool:
+    by_id = {f.id: f for f in now}
+    if any(f.id not in by_id or not _field_extends(f, by_id[f.id]) for f in planned):
         return False
-    added = [f for f in now.fields if f.id not in planned.by_id()]
-    return all(f.nullable for f in added)
+    ids = {f.id for f in planned}
+    return all(f.nullable for f in now if f.id not in ids)
+
+
+def _field_extends(planned: Field, now: Field) -> bool:
+    if planned == now:
+        return True
+    if (planned.name, planned.type, planned.nullable) != (now.name, now.type, now.nullable):
+        return False
+    if planned.type != STRUCT:  # a list's element, a map's key and value: by position
+        return len(planned.children) == len(now.children) and all(
+            _field_extends(a, b) for a, b in zip(planned.children, now.children, strict=True))
+    return _extends(planned.children, now.children)
 
 
 @dataclass(frozen=True)
@@ -168,14 +185,18 @@ class UploadsNotCollected:
 
 def write_requirements(operation: str, schema: TableSchema, *,
                        txn: tuple[str, int] | None = None,
-                       base_version: int | None = None) -> tuple[Requirement, ...]:
+                       base_version: int | None = None,
+                       exact_schema: bool = False) -> tuple[Requirement, ...]:
     """The requirements of a commit that adds files written with ``schema``: its txn
     not applied (checked first: a replay is a no-op, whatever else changed), the
-    schema unchanged, and for an overwrite the base version it planned on."""
+    schema unchanged, and for an overwrite the base version it planned on.
+    ``exact_schema``: the commit changes the schema itself (a merge-mode append), so
+    even a concurrent ``add_column`` is a conflict (its new schema would drop the
+    other's column, whose fresh id it may have given to another)."""
     out: list[Requirement] = []
     if txn is not None:
         out.append(TxnNotApplied(txn))
-    out.append(SchemaUnchanged(schema))
+    out.append(SchemaUnchanged(schema, exact=exact_schema))
     if base_version is not None:
         out.append(BaseVersionIs(base_version, operation))
     return tuple(out)

@@ -16,7 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import caslake
-from caslake.errors import InvalidSchemaChange, SchemaMismatch, UserInputError
+from caslake.errors import (
+    ConcurrentModification,
+    InvalidSchemaChange,
+    SchemaMismatch,
+    UserInputError,
+)
 from caslake.format.keys import POINTER_KEY
 from caslake.store import open_store
 from tests.table.test_refs import objects
@@ -138,6 +143,76 @@ def test_merge_after_a_nested_rename_matches_the_old_name_by_field_id(table) -> 
     got = sorted(r["device"]["platform"] for r in table.scan().to_arrow().to_pylist()
                  if r["device"] and r["device"]["platform"])
     assert got == ["ios", "ios"]
+
+
+def test_an_append_rebases_over_a_concurrent_nested_add_and_conflicts_with_a_rename(  # type: ignore[no-untyped-def]
+        table) -> None:
+    writer = caslake.open_table(table.uri)  # plans on version 1
+    other = caslake.open_table(table.uri)
+    other.update_schema().add_column("device.model", "string").add_column(
+        "items.element.qty", "int32").commit()
+    row = [{"id": 10, "device": {"os": "x", "v": 1}, "tags": [5], "items": [
+        {"price": 0.5, "sku": "z"}], "attrs": []}]
+    res = writer.append(pa.Table.from_pylist(row, schema=SCHEMA))  # rebases: only adds
+    assert res.version == 3 and not res.noop
+    got = caslake.open_table(table.uri).scan(where="id = 10").to_arrow().to_pylist()
+    assert got[0]["device"] == {"os": "x", "v": 1, "model": None}
+    assert got[0]["items"] == [{"price": 0.5, "sku": "z", "qty": None}]
+    stale = caslake.open_table(table.uri)
+    other.refresh().update_schema().rename_column("device.os", "platform").commit()
+    with pytest.raises(ConcurrentModification):
+        stale.append(pa.Table.from_pylist(row, schema=stale.schema))
+    nullable = caslake.open_table(table.uri)
+    other.refresh().update_schema().widen_column("tags.element", "int64").commit()
+    with pytest.raises(ConcurrentModification):
+        nullable.append(pa.Table.from_pylist(
+            [{**row[0], "device": {"platform": "y", "v": 2, "model": None}}],
+            schema=nullable.schema))
+
+
+@pytest.mark.xfail(strict=True, reason="caslake/table.py _write must pass "
+                   "write_requirements(..., exact_schema=merged is not None)")
+def test_a_merge_append_racing_an_add_column_never_loses_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = caslake.create_table(str(tmp_path / "race"), pa.schema([("id", pa.int64())]))
+    t.append(pa.table({"id": [1]}))
+    writer = caslake.open_table(t.uri)  # plans on version 1
+    other = caslake.open_table(t.uri)
+    other.update_schema().add_column("extra", "int64").commit()
+    other.append(pa.table({"id": [2], "extra": [42]}))
+    with pytest.raises(ConcurrentModification):
+        writer.append(pa.table({"id": [3], "dev": [{"os": "x"}]}), schema_mode="merge")
+    got = caslake.open_table(t.uri)
+    assert got.schema.names == ["id", "extra"]
+    assert sorted(got.to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "extra": None}, {"id": 2, "extra": 42}]
+
+
+def test_make_a_nested_field_nullable_then_append_nulls(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    schema = pa.schema([("id", pa.int64()), ("s", pa.struct([pa.field("x", pa.int8(), False)])),
+                        ("l", pa.list_(pa.field("element", pa.int32(), False)))])
+    t = caslake.create_table(str(tmp_path / "nn"), schema)
+    t.append(pa.Table.from_pylist([{"id": 1, "s": {"x": 1}, "l": [1]}], schema=schema))
+    bad = pa.table({"id": [2], "s": pa.array([{"x": None}], pa.struct([("x", pa.int8())])),
+                    "l": pa.array([[None]], pa.list_(pa.int32()))})
+    with pytest.raises(SchemaMismatch):
+        t.append(bad)
+    t.update_schema().make_nullable("s.x").make_nullable("l.element").commit()
+    t.append(bad)
+    got = t.scan().to_arrow()
+    assert got.schema.field("s").type.field("x").nullable
+    assert got.schema.field("l").type.value_field.nullable
+    assert by_id(got) == [{"id": 1, "s": {"x": 1}, "l": [1]},
+                          {"id": 2, "s": {"x": None}, "l": [None]}]
+
+
+def test_merge_adds_a_nested_column_to_a_flat_table_as_format_4(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = caslake.create_table(str(tmp_path / "m"), pa.schema([("id", pa.int64())]))
+    t.append(pa.table({"id": [1]}))
+    t.append(pa.table({"id": [2], "dev": [{"os": "x", "tags": ["a"]}]}), schema_mode="merge")
+    assert t.table_schema.find_path("dev.tags.element").id == 5
+    assert by_id(t.scan().to_arrow()) == [{"id": 1, "dev": None},
+                                          {"id": 2, "dev": {"os": "x", "tags": ["a"]}}]
+    assert json.loads(open_store(t.uri).get(POINTER_KEY).data)["format_version"] == 4
 
 
 @pytest.mark.parametrize("build,path", [
