@@ -581,7 +581,16 @@ def _create(store: ObjectStore, schema: pa.Schema, properties: dict[str, str] | 
 def create_table(uri: str, schema: pa.Schema, *, storage_options: StorageOptions | None = None,
                  properties: dict[str, str] | None = None,
                  write_options: WriteOptions | None = None) -> Table:
-    """Create an empty table (version 0).  Raises TableAlreadyExists."""
+    """Create an empty table (version 0).  Raises TableAlreadyExists.
+
+    ``schema`` may nest lists, structs and maps to any depth, and use the newer
+    primitives (time32/64, date64, decimal32/64/256, float16, uuid,
+    fixed_size_binary); Arrow encodings are stored as their plain type
+    (``string_view``/``large_string`` as string, ``large_list``/``fixed_size_list``
+    /list views as list, dictionaries as their values).  Appends match struct
+    fields by name and convert any encoding; ``scan(columns=["dev.os"])``
+    projects a nested field keeping the struct shape.  A schema using any of
+    these makes the table format version 4."""
     return Table.create(uri, schema, storage_options=storage_options, properties=properties,
                         write_options=write_options)
 

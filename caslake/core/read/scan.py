@@ -8,7 +8,20 @@ Planning prunes at three levels:
 3. columns: only the column chunks of the projected and predicate columns are
    fetched, as coalesced, parallel range GETs pinned to the
    ETag the file's footer was read under (the relocation rule: see
-   :mod:`caslake.core.footers`).
+   :mod:`caslake.core.footers`).  A nested column is all its leaf chunks; a
+   projected nested field (``columns=["dev.os"]``) only that field's.
+
+Projection of nested fields: ``columns`` may name a field inside a column by
+its dotted path (``dev.os``, ``dev.geo.lat``, ``items.element.price``).  The
+result keeps the column's shape holding only the named fields, as Spark's
+nested column pruning does: ``dev.os`` gives a column ``dev: struct<os>`` (NULL
+where ``dev`` is NULL), ``items.element.price`` gives ``items:
+list<struct<price>>``; several paths into one column merge into one column, in
+the table's field order; naming the column itself (``dev``) gives it whole.  A
+map is always read whole.  Every stored column is presented under the table's
+type by field id at every level (renamed, dropped, added, widened nested fields;
+``time32[s]``, ``date64``, ``decimal32/64``, ``uuid`` read back as the table's
+types).
 
 A scan reads a whole :class:`Snapshot` or a :class:`SnapshotSubset` (chosen
 files and row groups of one, e.g. one Spark task's share).  Parquet layout
@@ -271,7 +284,9 @@ class _SparseFile(io.RawIOBase):
 
 class Scan(ArrowExport):
     """A planned read of one snapshot, or of a :class:`SnapshotSubset` of one.
-    Build it with ``Table.scan``.  DuckDB, Polars and pyarrow read it directly
+    Build it with ``Table.scan``.  ``columns`` may hold dotted paths to nested
+    fields: the result keeps the struct shape with only those fields (see the
+    module docstring).  DuckDB, Polars and pyarrow read it directly
     (``__arrow_c_stream__``, :mod:`caslake.core.read.interop`)."""
 
     def __init__(self, io_: MetadataIO, footers: FooterCache,
