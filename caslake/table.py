@@ -325,8 +325,11 @@ class Table(ArrowExport):
                                 params=params)
         return run_operation(
             ctx, operation, lambda base: with_schema(prepare(base), merged),
+            # A merge-mode append changes the schema itself: even a concurrent
+            # add_column is a conflict (its column would vanish under our schema).
             requirements=write_requirements(operation, schema, txn=txn,
-                                            base_version=start.version if remove_all else None),
+                                            base_version=start.version if remove_all else None,
+                                            exact_schema=merged is not None),
             started=started)
 
     def delete(self, where: str | Expr, *, read_version: int | None = None) -> CommitResult:

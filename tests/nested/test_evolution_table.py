@@ -170,8 +170,6 @@ def test_an_append_rebases_over_a_concurrent_nested_add_and_conflicts_with_a_ren
             schema=nullable.schema))
 
 
-@pytest.mark.xfail(strict=True, reason="caslake/table.py _write must pass "
-                   "write_requirements(..., exact_schema=merged is not None)")
 def test_a_merge_append_racing_an_add_column_never_loses_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
     t = caslake.create_table(str(tmp_path / "race"), pa.schema([("id", pa.int64())]))
     t.append(pa.table({"id": [1]}))
