@@ -13,6 +13,7 @@ import pytest
 
 import caslake
 from caslake.core import WriteOptions
+from caslake.errors import ReadValidationFailed
 from caslake.expr import UnknownField, col
 from tests.expr.test_nested_predicates import CASES, SCHEMA, duckdb_ids, make_rows
 
@@ -144,3 +145,24 @@ def test_purge_where_on_nested_columns(where: str, reference: str) -> None:
     got = t.scan().to_arrow().sort_by("id")
     want = rows.filter(pa.array([i in set(kept) for i in rows.column("id").to_pylist()]))
     assert got.to_pylist() == want.sort_by("id").to_pylist()
+
+
+def _with_version(ver: int, start: int) -> pa.Table:
+    """Random rows whose device (where present) has version ``ver``."""
+    rows = make_rows(50, start, start=start)
+    devices = [None if d is None else {**d, "ver": ver} for d in rows.column("device").to_pylist()]
+    return rows.set_column(1, "device", pa.array(devices, SCHEMA.field("device").type))
+
+
+def test_read_validation_judges_struct_leaf_predicates_by_their_statistics() -> None:
+    uri = f"memory://{uuid.uuid4().hex}"
+    caslake.create_table(uri, SCHEMA, write_options=SMALL).append(_with_version(1, 0))
+    a, b = caslake.open_table(uri), caslake.open_table(uri)
+    v = a.version
+    b.append(_with_version(3, 100))  # device.ver = 3 only: cannot hold a row ver = 9 matches
+    assert not a.delete("device.ver = 9 OR device.ver = 1", read_version=v).noop
+    a, b = caslake.open_table(uri), caslake.open_table(uri)
+    v = a.version
+    b.append(_with_version(9, 200))  # may hold (does hold) rows the delete matches
+    with pytest.raises(ReadValidationFailed):
+        a.delete("device['ver'] = 9", read_version=v)
