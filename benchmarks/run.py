@@ -9,6 +9,7 @@ from benchmarks import (
     core,
     deletes,
     metadata,
+    nested,
     predicates,
     purge,
     scan_paths,
@@ -32,6 +33,7 @@ def main() -> int:
     purge.main(quick=quick)
     export_bench.main(quick=quick)
     dataset_bench.main(quick=quick)
+    nested.main(quick=quick)
     spark_bench.main(quick=quick)
     predicates.main(0.1 if quick else 1.0)
     paths = scan_paths.main(0.1 if quick else 1.0, [1, 2], append=True)
