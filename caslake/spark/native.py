@@ -45,11 +45,13 @@ from pyroaring import BitMap
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     DataType,
     DateType,
     DecimalType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -60,6 +62,7 @@ from pyspark.sql.types import (
 from caslake.core import DeletionMask, Scan, Snapshot, SnapshotSubset, load_masks, resolve
 from caslake.errors import CorruptMetadata, InvalidArgument, SchemaMismatch
 from caslake.format.manifest import DataFile
+from caslake.format.schema import Field, type_from_str
 from caslake.spark.types import spark_schema_for
 from caslake.store import LocalStore, ObjectStore, S3Store
 from caslake.store.options import StorageOptions
@@ -81,7 +84,8 @@ def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
 
     ``version`` or ``timestamp`` (a datetime, ISO-8601 text or epoch
     milliseconds) pick the version (default: the latest, pinned now);
-    ``columns`` narrows and orders the columns.  Equal to
+    ``columns`` narrows and orders the columns (a dotted path projects a nested
+    field, as the data source's option ``columns``).  Equal to
     ``spark.read.format("caslake")`` with the same options, without filter
     pushdown into caslake (Spark's own Parquet filter pushdown applies)."""
     table = open_table(uri, storage_options=storage_options)
@@ -90,14 +94,9 @@ def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
     snap = scan.snapshot
     arrow = snap.manifest.schema.to_arrow()
     names = list(scan.columns)
-    result = spark_schema_for(arrow, names)
+    result = spark_schema_for(scan.schema)  # nested fields projected by dotted columns
     for name in names:
-        t = arrow.field(name).type
-        if pa.types.is_timestamp(t) and t.unit == "ns":
-            raise SchemaMismatch(
-                f"column {name!r} is {t}: Spark's Parquet reader cannot read nanosecond "
-                "timestamps; leave it out (columns=...) or read with "
-                "spark.read.format('caslake')", column=name, actual=str(t))
+        refuse_unreadable(snap.manifest.schema.field(name))
     files = [f for f in table.io.live_files(snap) if f.row_count > 0]
     if not files:
         return spark.createDataFrame([], result)
@@ -111,11 +110,9 @@ def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
     by_id = snap.manifest.schema.schema_id > 0
     if by_id:
         spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
-    ids = {f.name: f.id for f in snap.manifest.schema.fields}
+    fields = {f.name: f for f in snap.manifest.schema.fields}
     reader = spark.read.schema(StructType([
-        StructField(f.name, f.dataType, True,
-                    {"parquet.field.id": ids[f.name]} if by_id else None)
-        for f in result]))
+        _read_field(sf, fields[sf.name], by_id) for sf in result.fields]))
 
     def paths(fs: list[DataFile]) -> list[str]:
         return [located[f.path][0] for f in fs]
@@ -142,26 +139,104 @@ def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
     return _with_nullability(df, result, uri)
 
 
+def refuse_unreadable(field: Field) -> None:
+    """SchemaMismatch naming the field's path if Spark's Parquet reader cannot read
+    it as the data source shows it (nanosecond timestamps; uuid, float16 and time,
+    which the data source converts; decimals with a negative scale)."""
+    for path, f in field.walk():
+        if f.nested:
+            continue
+        t = type_from_str(f.type)
+        why = None
+        if pa.types.is_timestamp(t) and t.unit == "ns":
+            why = "cannot read nanosecond timestamps"
+        elif t == pa.uuid() or t == pa.float16() or pa.types.is_time(t):
+            why = f"cannot read Parquet's {f.type} values"
+        elif pa.types.is_decimal(t) and t.scale < 0:
+            why = "cannot read decimals with a negative scale"
+        if why is not None:
+            raise SchemaMismatch(
+                f"column {path!r} is {f.type}: Spark's Parquet reader {why}; leave "
+                f"{field.name!r} out (columns=...) or read with spark.read.format('caslake')",
+                column=path, actual=f.type)
+
+
+def _read_field(sf: StructField, field: Field, by_id: bool) -> StructField:
+    """The field as Spark's Parquet reader is asked for it: nullable at every level
+    (Spark reads files so), with the Parquet field id of every struct field when the
+    schema has evolved."""
+    meta = {"parquet.field.id": field.id} if by_id else None
+    return StructField(sf.name, _read_type(sf.dataType, field, by_id), True, meta)
+
+
+def _read_type(t: DataType, field: Field, by_id: bool) -> DataType:
+    if isinstance(t, StructType):
+        by_name = {c.name: c for c in field.children}
+        return StructType([_read_field(sf, by_name[sf.name], by_id) for sf in t.fields])
+    if isinstance(t, ArrayType):
+        return ArrayType(_read_type(t.elementType, field.children[0], by_id), True)
+    if isinstance(t, MapType):
+        key, value = field.children
+        return MapType(_read_type(t.keyType, key, by_id), _read_type(t.valueType, value, by_id),
+                       True)
+    return t
+
+
 def _col(name: str) -> Column:
     return F.col("`" + name.replace("`", "``") + "`")
 
 
 def _with_nullability(df: DataFrame, schema: StructType, uri: str) -> DataFrame:
-    """Spark reads every Parquet column as nullable; give NOT NULL columns back their
-    nullability (as the data source reports it).  A NULL in one is an error, never
-    replaced: ``coalesce(CASE WHEN c IS NULL THEN raise_error(..) ELSE c END, v)``
-    is NOT NULL for Spark, and ``v`` (any non-null value of the type) is never used."""
-    if all(f.nullable for f in schema.fields):
+    """Spark reads every Parquet column and nested field as nullable; give NOT NULL
+    columns and nested fields (struct fields, array elements, map values) back their
+    nullability, as the data source reports it.  A NULL in one is an error, never
+    replaced: ``coalesce(CASE WHEN c IS NULL THEN raise_error(..) ELSE c END, v)`` is
+    NOT NULL for Spark, and ``v`` (any non-null value of the type) is never used."""
+    if all(f.nullable and _nullable_inside(f.dataType) for f in schema.fields):
         return df
-    cols = []
-    for f in schema.fields:
-        c = _col(f.name)
-        if not f.nullable:
-            failing = F.raise_error(F.lit(f"caslake table {uri}: column {f.name!r} is NOT "
-                                          "NULL but a data file holds a NULL"))
-            c = F.coalesce(F.when(c.isNull(), failing).otherwise(c), _some_value(f.dataType))
-        cols.append(c.alias(f.name))
+    cols = [_exact(_col(f.name), f.dataType, f.nullable, f.name, uri).alias(f.name)
+            for f in schema.fields]
     return df.select(*cols)
+
+
+def _nullable_inside(t: DataType) -> bool:
+    """Whether every node inside ``t`` is nullable (as Spark reads Parquet)."""
+    if isinstance(t, StructType):
+        return all(f.nullable and _nullable_inside(f.dataType) for f in t.fields)
+    if isinstance(t, ArrayType):
+        return t.containsNull and _nullable_inside(t.elementType)
+    if isinstance(t, MapType):
+        return t.valueContainsNull and _nullable_inside(t.keyType) \
+            and _nullable_inside(t.valueType)
+    return True
+
+
+def _exact(c: Column, t: DataType, nullable: bool, path: str, uri: str) -> Column:
+    """``c`` (as Spark read it) with the nullability of ``t`` inside and, unless
+    ``nullable``, NOT NULL itself."""
+    if not _nullable_inside(t):
+        c = _exact_inside(c, t, path, uri)
+    if nullable:
+        return c
+    failing = F.raise_error(F.lit(f"caslake table {uri}: column {path!r} is NOT NULL but a "
+                                  "data file holds a NULL"))
+    return F.coalesce(F.when(c.isNull(), failing).otherwise(c), _some_value(t))
+
+
+def _exact_inside(c: Column, t: DataType, path: str, uri: str) -> Column:
+    if isinstance(t, StructType):
+        fields = [_exact(c.getField(f.name), f.dataType, f.nullable, f"{path}.{f.name}", uri)
+                  .alias(f.name) for f in t.fields]
+        return F.when(c.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+    if isinstance(t, ArrayType):
+        element = t.elementType
+        return F.transform(c, lambda x: _exact(x, element, t.containsNull,
+                                               f"{path}.element", uri))
+    if isinstance(t, MapType):
+        value = t.valueType
+        return F.transform_values(c, lambda _, v: _exact(v, value, t.valueContainsNull,
+                                                         f"{path}.value", uri))
+    return c
 
 
 def _some_value(t: DataType) -> Column:
@@ -178,6 +253,12 @@ def _some_value(t: DataType) -> Column:
         return F.lit(dt.date(1970, 1, 1))
     if isinstance(t, TimestampType | TimestampNTZType):
         return F.lit(dt.datetime(1970, 1, 1, tzinfo=dt.UTC)).cast(t)
+    if isinstance(t, ArrayType):
+        return F.array().cast(t)
+    if isinstance(t, MapType):
+        return F.create_map().cast(t)
+    if isinstance(t, StructType):
+        return F.struct(*[_some_value(f.dataType).alias(f.name) for f in t.fields])
     return F.lit(0).cast(t)  # the integer and floating point types
 
 

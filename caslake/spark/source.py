@@ -23,6 +23,13 @@ its read is planned with it, so reusing that read for the DataFrame's later
 queries is right by construction.  ``caslake.spark.read_native`` (Spark's
 Parquet reader) prunes by Spark's own filters.
 
+Nested columns (structs, arrays, maps, to any depth) read and write as Spark's
+nested types (:mod:`caslake.spark.types` maps every type).  Spark's own nested
+column pruning does not reach a Python data source: PySpark 4.3's
+``DataSource.reader`` is always handed the full schema (there is no hook to
+receive the pruned one), so ``df.select("dev.os")`` decodes all of ``dev``; the
+read option ``columns`` with dotted paths prunes the read to those leaves.
+
 Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``
 (:mod:`caslake.spark.write`): one table commit per job; options ``txnAppId`` +
 ``txnVersion`` make it idempotent.  Streaming: ``df.writeStream.format("caslake")``
@@ -33,7 +40,10 @@ start with an :class:`~caslake.errors.InvalidArgument` saying so.
 
 Options: ``storage_options`` (a JSON object) and ``storage.<key>`` (one each);
 for reads also ``version``, ``timestamp`` (ISO-8601 or epoch milliseconds),
-``columns`` (a comma list narrowing the schema), ``where`` (a predicate the
+``columns`` (a comma list narrowing the schema; a dotted path projects a nested
+field, keeping the struct shape: ``id,dev.os,items.element.price`` gives
+``dev struct<os>`` and ``items array<struct<price>>``, and only those leaves are
+read), ``where`` (a predicate the
 DataFrame's rows satisfy, pruning files and row groups) and ``minPartitions`` (the
 cores to spread a read over, as Spark's ``spark.sql.files.minPartitionNum``;
 default: the planning process's cores, which is Spark's default in local mode).
@@ -301,7 +311,8 @@ class CaslakeReader(DataSourceReader):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        self.columns = list(schema.fieldNames())
+        # The option's paths (nested fields projected: ``dev.os``), else the schema's columns.
+        self.columns = options.columns or list(schema.fieldNames())
         table = open_table(options.uri, storage_options=options.storage_options or None)
         # Pins the snapshot, once; binds the ``where`` option (an InvalidPredicate
         # naming the construct is raised here, before any task runs).
@@ -310,9 +321,12 @@ class CaslakeReader(DataSourceReader):
         self.version = scan.snapshot.version
         self.manifest_key = scan.snapshot.key
         self.table_schema = scan.snapshot.manifest.schema
-        arrow = self.table_schema.to_arrow()
+        arrow = scan.schema
         for f in schema.fields:
-            have = spark_type_for(arrow.field(f.name).type)
+            if f.name not in arrow.names:
+                raise SchemaMismatch(f"column {f.name!r} is not in the table at version "
+                                     f"{self.version} (load it again)", column=f.name)
+            have = spark_type_for(arrow.field(f.name).type, f.name)
             if have != f.dataType:
                 raise SchemaMismatch(
                     f"column {f.name!r} is {have.simpleString()} at version {self.version} "
@@ -401,8 +415,7 @@ class CaslakeDataSource(DataSource):
         opts = ReadOptions.parse(self.options)
         table = open_table(opts.uri, storage_options=opts.storage_options or None)
         scan = table.scan(columns=opts.columns, version=opts.version, as_of=opts.timestamp)
-        arrow = scan.snapshot.manifest.schema.to_arrow()
-        return spark_schema_for(arrow, scan.columns)
+        return spark_schema_for(scan.schema)  # nested fields projected by the option
 
     def reader(self, schema: StructType) -> CaslakeReader:
         return CaslakeReader(ReadOptions.parse(self.options), schema)

@@ -35,7 +35,7 @@ from caslake.format.schema import TableSchema
 from caslake.ops.write import WriteOptions, write_data_files
 from caslake.spark.commit import abort_files, commit_files, forget_commit
 from caslake.spark.messages import data_file_from_json, table_schema_from_json
-from caslake.spark.types import arrow_schema_for, conform_for_write, writable
+from caslake.spark.types import arrow_schema_for, check_writable, conform_for_write
 from caslake.store import open_store
 from caslake.store.base import ObjectStore
 from caslake.store.options import StorageOptions
@@ -110,11 +110,8 @@ class WriteTarget:
             if f.name not in target.names:
                 raise SchemaMismatch(f"column {f.name!r} is not in the table schema "
                                      f"(columns: {', '.join(target.names)})", column=f.name)
-            src = _spark_arrow_type(f)
-            if not writable(src, target.field(f.name).type):
-                raise SchemaMismatch(f"column {f.name!r} has type {f.dataType.simpleString()} "
-                                     f"in the DataFrame but {target.field(f.name).type} in "
-                                     "the table", column=f.name)
+            check_writable(_spark_arrow_type(f), target.field(f.name).type, f.name,
+                           f.dataType.simpleString())
         # As Table.append (and deltalake): every table column must be in the data.
         # Checked here, on the driver, so no task runs and the error is not wrapped.
         given = set(schema.fieldNames())
