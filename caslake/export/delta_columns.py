@@ -38,7 +38,7 @@ from caslake.core import FooterCache
 from caslake.errors import ExportColumnsDiverged
 from caslake.format.manifest import DataFile
 from caslake.format.schema import LIST, MAP, STRUCT, Field, TableSchema
-from caslake.format.schema_evolution import _id_of, _stored_children
+from caslake.format.schema_evolution import field_id_of, stored_children
 from caslake.store.base import ObjectStore
 
 MODE = "name"
@@ -55,8 +55,8 @@ def _nested_columns(t: pa.DataType, node: int, out: Columns) -> None:
     """The struct fields below a node of id ``node`` (a struct's own fields; through a
     list element or map key/value, the fields of the struct they hold)."""
     struct_ = pa.types.is_struct(t)
-    for child in _stored_children(t):
-        cid = _id_of(child)
+    for child in stored_children(t):
+        cid = field_id_of(child)
         if cid is None:
             continue  # no id: nothing below it can be matched
         if struct_:
@@ -73,7 +73,7 @@ def file_columns(store: ObjectStore, footers: FooterCache, f: DataFile,
     arrow = footers.get(store, f).metadata.schema.to_arrow_schema()
     out: Columns = {}
     for col in arrow:
-        fid = _id_of(col)
+        fid = field_id_of(col)
         if fid is None:
             hit = schema.find(col.name)
             if hit is not None:
@@ -92,14 +92,14 @@ def leaf_ids(arrow: pa.Schema, schema: TableSchema) -> list[int | None]:
     out: list[int | None] = []
 
     def visit(f: pa.Field[Any]) -> None:
-        kids = _stored_children(f.type)
+        kids = stored_children(f.type)
         if not kids:
-            out.append(_id_of(f))
+            out.append(field_id_of(f))
         for k in kids:
             visit(k)
 
     for col in arrow:
-        if not _stored_children(col.type) and _id_of(col) is None:
+        if not stored_children(col.type) and field_id_of(col) is None:
             hit = schema.find(col.name)
             out.append(hit.id if hit is not None else None)
         else:

@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 from caslake.errors import CorruptMetadata
 from caslake.format.manifest import DataFile
 from caslake.format.schema import TableSchema
+from caslake.format.schema_evolution import field_id_of, stored_children
 from caslake.format.stats import ColumnStats, JsonStats, footer_value, value_to_json
 
 MAGIC = b"PAR1"
@@ -282,31 +283,14 @@ class LeafSpan:
 
     @property
     def field_id(self) -> int | None:
-        raw = (self.field.metadata or {}).get(b"PARQUET:field_id")
-        try:
-            return int(raw) if raw is not None else None
-        except ValueError:
-            return None
+        return field_id_of(self.field)
 
     def child_by_id(self, field_id: int) -> LeafSpan | None:
         return next((c for c in self.children if c.field_id == field_id), None)
 
 
-def _node_children(t: pa.DataType) -> list[pa.Field[Any]]:
-    if isinstance(t, pa.ExtensionType):
-        t = t.storage_type
-    if pa.types.is_struct(t):
-        return list(t)
-    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
-            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t)):
-        return [t.value_field]
-    if pa.types.is_map(t):
-        return [t.key_field, t.item_field]
-    return []
-
-
 def _span(f: pa.Field[Any], first: int) -> LeafSpan:
-    kids = _node_children(f.type)
+    kids = stored_children(f.type)
     if not kids:
         return LeafSpan(f, first, 1)
     spans = []

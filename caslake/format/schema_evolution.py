@@ -412,14 +412,7 @@ def evolve(schema: TableSchema, changes: Iterable[SchemaChange]) -> TableSchema:
 
 def field_ids_of(schema: pa.Schema) -> list[int | None]:
     """The ``PARQUET:field_id`` of each column of an Arrow schema (None where absent)."""
-    out: list[int | None] = []
-    for f in schema:
-        raw = (f.metadata or {}).get(FIELD_ID_KEY)
-        try:
-            out.append(int(raw) if raw is not None else None)
-        except ValueError:
-            out.append(None)
-    return out
+    return [field_id_of(f) for f in schema]
 
 
 def conform_to_schema(data: pa.Table, schema: TableSchema,
@@ -481,7 +474,8 @@ def map_input_columns(input_schema: pa.Schema, schema: TableSchema) -> dict[str,
 # --- nested columns: present a stored column under a field, by id at every level ------
 
 
-def _id_of(f: pa.Field[Any]) -> int | None:
+def field_id_of(f: pa.Field[Any]) -> int | None:
+    """The ``PARQUET:field_id`` an Arrow field carries (None: absent or not a number)."""
     raw = (f.metadata or {}).get(FIELD_ID_KEY)
     try:
         return int(raw) if raw is not None else None
@@ -489,10 +483,16 @@ def _id_of(f: pa.Field[Any]) -> int | None:
         return None
 
 
-def _stored_children(t: pa.DataType) -> list[pa.Field[Any]]:
+def stored_children(t: pa.DataType) -> list[pa.Field[Any]]:
+    """The child fields of an Arrow type as Parquet stores them: a struct's fields, a
+    list's element (any list encoding), a map's key and value; none for a primitive
+    (an extension type's children are its storage type's)."""
+    if isinstance(t, pa.ExtensionType):
+        t = t.storage_type
     if pa.types.is_struct(t):
         return list(t)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t)):
         return [t.value_field]
     if pa.types.is_map(t):
         return [t.key_field, t.item_field]
@@ -503,14 +503,14 @@ def same_shape(stored: pa.Field[Any], want: Field) -> bool:
     """Whether a stored column already is ``want``'s type with ``want``'s ids at
     every level (no rebuild needed)."""
     if want.nested:
-        kids = _stored_children(stored.type)
+        kids = stored_children(stored.type)
         if len(kids) != len(want.children):
             return False
         plain = (pa.types.is_struct(stored.type) if want.type == STRUCT else
                  pa.types.is_list(stored.type) if want.type == LIST else
                  pa.types.is_map(stored.type))
         return plain and all(
-            _id_of(k) == c.id and k.name == c.name and k.nullable == c.nullable
+            field_id_of(k) == c.id and k.name == c.name and k.nullable == c.nullable
             and same_shape(k, c) for k, c in zip(kids, want.children, strict=True))
     return bool(stored.type == want.arrow_type)
 
@@ -532,7 +532,7 @@ def conform_array(arr: Any, stored: pa.Field[Any], want: Field, path: str) -> An
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise ValueError(f"{path}: stored as {arr.type}, the table says {t} ({e})"
                              ) from None
-    kids = {_id_of(k): (i, k) for i, k in enumerate(_stored_children(stored.type))}
+    kids = {field_id_of(k): (i, k) for i, k in enumerate(stored_children(stored.type))}
     mask = arr.is_null() if arr.null_count else None
     if want.type == STRUCT:
         if not pa.types.is_struct(arr.type):
