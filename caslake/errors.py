@@ -152,6 +152,20 @@ class UnknownColumn(InvalidPredicate):
         self.available = available
 
 
+class UnknownField(UnknownColumn):
+    """A predicate names a field a struct does not have.  ``column`` is the full
+    dotted path (``device.osx``), ``parent`` the struct's path (``device``) and
+    ``available`` the fields the struct has."""
+
+    def __init__(self, path: str, parent: str, available: list[str]) -> None:
+        InvalidPredicate.__init__(
+            self, f"unknown field {path!r}: struct {parent!r} has fields "
+                  f"{', '.join(available) or '(none)'}")
+        self.column = path
+        self.parent = parent
+        self.available = available
+
+
 class InvalidRefName(InvalidArgument):
     """A branch or tag name is not valid (empty, ``..``, ``/`` at an end, control
     characters, ...).  ``name`` is the name, ``reason`` why it is refused."""
@@ -269,6 +283,15 @@ class TableAlreadyExists(CaslakeError):
 
 class VersionNotFound(UserInputError):
     """The requested version or timestamp is not in the table's history."""
+
+
+class VersionExpired(VersionNotFound):
+    """The requested version (or the version a change feed needs before it) was
+    expired by gc.  ``oldest_readable`` is the oldest one that can still be asked for."""
+
+    def __init__(self, message: str, *, oldest_readable: int) -> None:
+        super().__init__(message)
+        self.oldest_readable = oldest_readable
 
 
 # --- commit -----------------------------------------------------------------

@@ -33,9 +33,9 @@ import functools
 
 import pyarrow as pa
 
-from caslake.errors import InvalidPredicate
+from caslake.errors import InvalidPredicate, UnknownField
 from caslake.expr.arrow import filter_table, is_computed, predicate_mask, to_arrow
-from caslake.expr.bind import BoundExpr, UnknownField, bind, path_type, resolve_column, stats_key
+from caslake.expr.bind import BoundExpr, bind, path_type, resolve_column, stats_key
 from caslake.expr.nodes import (
     FALSE,
     TRUE,

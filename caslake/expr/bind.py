@@ -105,7 +105,13 @@ from typing import Any, Final, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from caslake.errors import AmbiguousColumn, InvalidArgument, InvalidPredicate, UnknownColumn
+from caslake.errors import (
+    AmbiguousColumn,
+    InvalidArgument,
+    InvalidPredicate,
+    UnknownColumn,
+    UnknownField,
+)
 from caslake.expr._iso import parse_date, parse_timestamp
 from caslake.expr.functions import (
     ValueBuilder,
@@ -205,20 +211,6 @@ class BoundExpr:
 def is_float_type(arrow_type: pa.DataType) -> bool:
     """True for the float types a predicate may compare (float32, float64)."""
     return bool(pa.types.is_float32(arrow_type) or pa.types.is_float64(arrow_type))
-
-
-class UnknownField(UnknownColumn):
-    """A predicate names a field a struct does not have.  ``column`` is the full
-    dotted path (``device.osx``), ``parent`` the struct's path (``device``) and
-    ``available`` the fields the struct has."""
-
-    def __init__(self, path: str, parent: str, available: list[str]) -> None:
-        InvalidPredicate.__init__(
-            self, f"unknown field {path!r}: struct {parent!r} has fields "
-                  f"{', '.join(available) or '(none)'}")
-        self.column = path
-        self.parent = parent
-        self.available = available
 
 
 def path_type(schema: pa.Schema, path: Sequence[str]) -> pa.DataType | None:
