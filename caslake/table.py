@@ -315,7 +315,7 @@ class Table(ArrowExport):
         if txn_applied(start.manifest.txns, txn):
             return noop_result(ctx, operation, start, started=started)
         schema = start.manifest.schema
-        reader, merged = align_input(as_reader(data), schema, schema_mode)
+        reader, merged = align_input(as_reader(data, schema.to_arrow()), schema, schema_mode)
         if merged is not None:
             refs.ensure_format(ctx.io)  # a schema change: format 2
         files = write_data_files(self.store, reader, merged or schema, self.write_options)

@@ -100,7 +100,7 @@ class Transaction:
 
     def append(self, data: Any) -> None:
         self._check_open()
-        files = write_data_files(self._ctx.store, as_reader(data),
+        files = write_data_files(self._ctx.store, as_reader(data, self._schema()),
                                  self._ctx.snapshot.manifest.schema,
                                  self._ctx.write_options)
         self._files.extend(files)
@@ -119,8 +119,8 @@ class Transaction:
         A key twice in ``data`` is a DuplicateKey error unless ``on_duplicate`` is
         "last" or "first" (see :mod:`caslake.ops.upsert`)."""
         self._check_open()
-        table = as_reader(data).read_all()
         schema = self._schema()
+        table = as_reader(data, schema).read_all()
         keys = upsert_keys(key, table.column_names, schema.names)
         conformed = resolve_duplicate_keys(pa.Table.from_batches(
             [SchemaConformer(schema, table.schema)(b) for b in table.to_batches()],
