@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
@@ -75,6 +75,7 @@ from caslake.store.options import StorageOptions
 
 if TYPE_CHECKING:
     from caslake.export.result import ExportResult
+    from caslake.ops.change_feed import ChangeScan
     from caslake.ops.gc import GcReport
     from caslake.ops.purge import Progress, PurgeReport
 
@@ -486,6 +487,66 @@ class Table(ArrowExport):
         if ref is None or (validate_ref_name(ref, kind="branch") == self.ref):
             return self._resolve(version, as_of)
         return self.branch(ref)._resolve(version, as_of)
+
+    def changes(self, start_version: int | str, end_version: int | str | None = None, *,
+                columns: Sequence[str] | None = None, where: str | Expr | None = None,
+                ref: str | None = None) -> ChangeScan:
+        """The change feed of versions ``start_version`` .. ``end_version`` (both
+        inclusive, as Delta's ``table_changes``; None: the latest; a string is a tag)
+        of this handle's branch or branch ``ref``: the table's columns plus
+        ``_change_type`` (insert, delete, update_preimage, update_postimage),
+        ``_commit_version`` and ``_commit_timestamp`` (docs/protocol.md, "Change
+        feed"; see :mod:`caslake.ops.change_feed`)."""
+        from caslake.ops.change_feed import changes
+
+        handle = self if ref is None or validate_ref_name(ref, kind="branch") == self.ref \
+            else self.branch(ref)
+        io = handle.context.io
+        return changes(io, handle.footers, handle.tombstones, handle._head(), start_version,
+                       end_version, columns=columns, where=where,
+                       tag=lambda name: refs.tag_snapshot(io, name))
+
+    def follow(self, start_version: int | str | None = None, *,
+               columns: Sequence[str] | None = None, where: str | Expr | None = None,
+               ref: str | None = None, poll_initial_s: float = 0.1, poll_max_s: float = 5.0,
+               stop: Callable[[], bool] | None = None) -> Iterator[pa.RecordBatch]:
+        """Follow the table: yield the change feed's record batches from
+        ``start_version`` (default: the first version after the current head) on,
+        as new versions land, polling the pointer with a delay that doubles from
+        ``poll_initial_s`` up to ``poll_max_s`` while nothing lands.  ``stop()`` is
+        asked before each poll (True ends it); without it the iterator runs until
+        the caller stops iterating."""
+        from caslake.ops.change_feed import follow
+
+        handle = self if ref is None or validate_ref_name(ref, kind="branch") == self.ref \
+            else self.branch(ref)
+        head = handle._head()
+        start = head.version + 1 if start_version is None else start_version
+        if isinstance(start, str):
+            start = refs.tag_snapshot(handle.context.io, start).version
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise InvalidArgument(f"start_version must be a version >= 0 or a tag, not "
+                                  f"{start_version!r}")
+
+        def feed(lo: int, hi: int) -> ChangeScan:
+            return handle.changes(lo, hi, columns=columns, where=where)
+
+        return follow(handle._head, feed, start, poll_initial_s=poll_initial_s,
+                      poll_max_s=poll_max_s, stop=stop)
+
+    def restore(self, *, version: int | None = None,
+                timestamp: datetime | str | int | None = None,
+                tag: str | None = None) -> CommitResult:
+        """Make a new version whose contents equal ``version`` (or the version current
+        at ``timestamp``, or tag ``tag``) of this handle's branch, as one commit that
+        re-references that version's data files and tombstones (nothing rewritten).
+        Conflicts like an overwrite with a commit landing meanwhile (see
+        :mod:`caslake.ops.restore`)."""
+        from caslake.ops.restore import restore
+
+        return restore(self.context, version=version,
+                       timestamp=None if timestamp is None else _ts_to_ms(timestamp),
+                       tag=tag, tag_snapshot=lambda name: refs.tag_snapshot(self.io, name))
 
     def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1
                 ) -> CommitResult:

@@ -396,6 +396,26 @@ def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
+    given = [x for x in (args.version, args.timestamp, args.tag) if x is not None]
+    if len(given) != 1:
+        raise InvalidArgument("restore needs exactly one of --version, --timestamp or --tag")
+    table = _open_table(args)
+    res = table.restore(version=args.version, timestamp=args.timestamp, tag=args.tag)
+    target = (f"version {args.version}" if args.version is not None
+              else f"tag {args.tag!r}" if args.tag is not None
+              else f"the version current at {args.timestamp}")
+    if args.json:
+        _emit_json({"version": res.version, "noop": res.noop, "restored": target,
+                    "files": res.files_added, "requests": res.requests}, out)
+    elif res.noop:
+        out.write(f"nothing to restore: version {res.version} already equals {target}\n")
+    else:
+        out.write(f"restored {target} as version {res.version} ({res.files_added} file(s) "
+                  f"referenced again, no data rewritten; {_requests(res.requests)})\n")
+    return 0
+
+
 def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
     entries = _open_table(args).history(limit=args.limit)
     if args.json:
@@ -763,6 +783,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--force", action="store_true", help="allow a retention below 24 hours")
     json_flag(g, "the report")
     g.set_defaults(fn=cmd_gc)
+
+    rs = table_cmd("restore", "make a new version whose contents equal an older version "
+                   "(one commit; no data rewritten)")
+    which = rs.add_mutually_exclusive_group()
+    which.add_argument("--version", type=int, help="restore this version")
+    which.add_argument("--timestamp", help="restore the version current at this ISO-8601 time")
+    which.add_argument("--tag", help="restore the version this tag names")
+    json_flag(rs, "the result")
+    rs.set_defaults(fn=cmd_restore)
 
     h = table_cmd("history", "list versions, newest first")
     h.add_argument("--limit", type=int, help="at most this many versions, newest first")

@@ -2,8 +2,10 @@
 
 ``write`` (append, overwrite), ``delete``, ``upsert`` (key handling), ``transaction``,
 ``schema`` (schema updates), ``refs`` (branches, tags, clone holds), ``clone``
-(clone and drop), and the maintenance operations ``compact``, ``gc``, ``purge`` and
+(clone and drop), ``change_feed`` (the rows each version changed, and following
+a table as versions land), ``restore`` (a new version equal to an older one),
+and the maintenance operations ``compact``, ``gc``, ``purge`` and
 ``verify``.  Each commits only through :func:`caslake.core.run_operation` (which moves
 the handle's snapshot); they import :mod:`caslake.core`, never its modules.  The
-maintenance modules are loaded only when used (``tests/test_import_cost.py``).
+maintenance modules, the change feed and restore are loaded only when used (``tests/test_import_cost.py``).
 """
