@@ -136,6 +136,9 @@ def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
     if not parts:  # every file wholly deleted (never written so, but cheap to allow)
         return spark.createDataFrame([], result)
     df = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
+    if by_id:  # the field ids the reader was asked with stay out of the result's schema
+        df = df.select(*[_col(f.name).cast(_read_type(f.dataType, fields[f.name], False))
+                         .alias(f.name) for f in result.fields])
     return _with_nullability(df, result, uri)
 
 
