@@ -12,7 +12,10 @@
     caslake.spark.read_dataset(spark, root, "silver/orders")
     caslake.spark.save(df, uri, mode="errorifexists")     # every Spark save mode
 
-Needs the ``spark`` extra (``pyspark>=4.3,<4.4``).  See
+Nested columns (arrays, structs, maps, any depth) and the newer primitive
+types read and write as Spark types (the mapping, and what has no Spark type:
+:mod:`caslake.spark.types`); ``option("columns", "id,dev.os")`` prunes a read to
+nested fields.  Needs the ``spark`` extra (``pyspark>=4.3,<4.4``).  See
 :mod:`caslake.spark.source` for the options and guarantees.
 """
 

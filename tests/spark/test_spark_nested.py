@@ -24,6 +24,7 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     DateType,
+    DayTimeIntervalType,
     DecimalType,
     DoubleType,
     FloatType,
@@ -300,10 +301,16 @@ def test_new_primitive_types_through_spark(spark: SparkSession, tmp_path: Path) 
 def test_type_mapping_matches_pyspark() -> None:
     """Where PySpark itself maps an Arrow type, caslake maps it the same way, and a
     Spark schema survives the trip to a table schema and back."""
-    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
 
     from caslake.format.schema import TableSchema
-    from caslake.spark.types import arrow_schema_for, spark_schema_for, spark_type_for
+    from caslake.spark.types import (
+        arrow_schema_for,
+        arrow_type_for,
+        conform_for_write,
+        spark_schema_for,
+        spark_type_for,
+    )
 
     for t in [pa.list_(pa.struct([("a", pa.int32()), pa.field("b", pa.string(), False)])),
               pa.map_(pa.string(), pa.list_(pa.float64())), pa.decimal64(10, 2),
@@ -313,8 +320,29 @@ def test_type_mapping_matches_pyspark() -> None:
     stored = TableSchema.from_arrow(arrow_schema_for(SCHEMA)).to_arrow()
     assert spark_schema_for(stored) == SCHEMA
     for spark_type, arrow_type in [(FloatType(), pa.float16()), (DateType(), pa.date64()),
-                                   (BinaryType(), pa.binary(3)), (StringType(), pa.uuid())]:
+                                   (BinaryType(), pa.binary(3)), (StringType(), pa.uuid()),
+                                   (TimeType(0), pa.time32("s")),
+                                   (DecimalType(7, 0), pa.decimal128(5, -2))]:
         assert spark_type_for(arrow_type, "c") == spark_type
+    assert arrow_type_for(TimeType(6), "t") == pa.time64("us")
+
+    # What caslake cannot store or convert is refused naming the nested field's path.
+    odd = ArrayType(StructType([StructField("d", DayTimeIntervalType())]))
+    with pytest.raises(SchemaMismatch) as err:
+        arrow_type_for(odd, "x")
+    assert err.value.column == "x.element.d"
+    table_type = pa.struct([("fb", pa.binary(4)), ("h", pa.float16())])
+    spark_type = to_arrow_type(StructType([StructField("fb", BinaryType()),
+                                           StructField("h", FloatType())]))
+    batch = pa.record_batch({"p": pa.array([{"fb": b"abcd", "h": 0.5}, {"fb": b"abc", "h": 1.0}],
+                                           spark_type)})
+    with pytest.raises(SchemaMismatch) as err:
+        conform_for_write(batch, pa.schema([("p", table_type)]))
+    assert err.value.column == "p.fb"
+    batch = pa.record_batch({"p": pa.array([{"fb": b"abcd", "h": 0.1}], spark_type)})
+    with pytest.raises(SchemaMismatch, match=r"value 0\.1\d* \(not exact as float16\)") as err:
+        conform_for_write(batch, pa.schema([("p", table_type)]))
+    assert err.value.column == "p.h"
 
 
 def test_nested_schema_evolution_through_spark(spark: SparkSession, tmp_path: Path) -> None:
