@@ -75,12 +75,43 @@ def _take_rows(pending: list[pa.RecordBatch], n: int) -> tuple[pa.Table, list[pa
     return pa.Table.from_batches(taken, schema=pending[0].schema), rest
 
 
+def file_schema(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema data files are written with: ``schema`` with every
+    ``decimal32``/``decimal64``, and every ``decimal256`` of at most 38 digits, as
+    ``decimal128`` of the same precision and scale, at any depth (field ids,
+    names and nullability kept).  The Parquet bytes and logical type are the same
+    (``store_decimal_as_integer``: INT32 up to 9 digits, INT64 up to 18); only the
+    Arrow schema stored in the footer differs, which readers such as pyiceberg
+    refuse for the other widths.  A scan presents the column as the table's type
+    again (:func:`caslake.format.schema_evolution.conform_column`)."""
+    return pa.schema([_decimal128_field(f) for f in schema])
+
+
+def _decimal128_field(f: pa.Field[Any]) -> pa.Field[Any]:
+    return pa.field(f.name, _decimal128_type(f.type), f.nullable, metadata=f.metadata)
+
+
+def _decimal128_type(t: Any) -> Any:
+    if pa.types.is_struct(t):
+        return pa.struct([_decimal128_field(c) for c in t])
+    if pa.types.is_list(t):
+        return pa.list_(_decimal128_field(t.value_field))
+    if pa.types.is_map(t):
+        return pa.map_(_decimal128_field(t.key_field), _decimal128_field(t.item_field))
+    if pa.types.is_decimal(t) and t.precision <= 38:
+        return pa.decimal128(t.precision, t.scale)
+    return t
+
+
 def _encode_group(table: pa.Table, schema: pa.Schema, options: WriteOptions,
                   use_dictionary: bool | list[str] = True) -> pa.Buffer:
     """One row group, encoded on its own as a complete one-group Parquet file
-    (statistics and page CRCs included).  Runs on the encode pool: pyarrow
-    releases the GIL while it encodes and compresses.  ``use_dictionary``: the
-    columns to try dictionary encoding on (True: all)."""
+    (statistics and page CRCs included) with Arrow schema ``schema`` (see
+    :func:`file_schema`).  Runs on the encode pool: pyarrow releases the GIL
+    while it encodes and compresses.  ``use_dictionary``: the columns to try
+    dictionary encoding on (True: all)."""
+    if not table.schema.equals(schema, check_metadata=True):
+        table = table.cast(schema)
     sink = pa.BufferOutputStream()
     dictionary: dict[str, Any] = {"use_dictionary": use_dictionary}  # stubs say bool only
     with pq.ParquetWriter(sink, schema, compression=options.compression,
@@ -153,6 +184,7 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
     GC; they are never visible.
     """
     arrow_schema = schema.to_arrow()
+    stored = file_schema(arrow_schema)
     reader = data if isinstance(data, pa.RecordBatchReader) else None
     conform = SchemaConformer(arrow_schema, reader.schema) if reader is not None else None
     staging = store.staging_dir()
@@ -217,7 +249,7 @@ def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.Rec
         del learn_from[:-1]  # the open file's later groups are still to be learnt
         if plain:
             use_dictionary = [n for n in arrow_schema.names if n not in plain] or False
-        inflight.append((pool.submit(_encode_group, table, arrow_schema, options,
+        inflight.append((pool.submit(_encode_group, table, stored, options,
                                      use_dictionary), table.num_rows))
         # The write's first group is waited for alone, so that every later group
         # is encoded knowing which dictionaries overflow (measured: 1M rows
