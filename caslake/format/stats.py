@@ -8,7 +8,8 @@ CorruptMetadata naming the manifest).
 JSON encodings, chosen so values round-trip exactly:
 
 * integers, booleans, strings: as themselves;
-* floats: as numbers; non-finite values are never written (stats unknown);
+* floats (float16 too, decoded from its footer bytes): as numbers; non-finite
+  values are never written (stats unknown);
 * ``date32``: ``"YYYY-MM-DD"``;
 * timestamps: the integer count of the column's unit since the epoch;
 * ``decimal128``: the decimal's text;
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import numbers
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -54,7 +56,10 @@ class ColumnStats:
 
 def footer_value(value: Any, t: pa.DataType) -> Any:
     """A Parquet footer's min/max as the Python value of column type ``t``: pyarrow
-    gives a ``float16`` bound as its two little-endian bytes."""
+    gives a ``float16`` bound as its two little-endian bytes (any other length is
+    unknown).  Every reader of footer bounds decodes through here
+    (:func:`caslake.format.parquet.row_group_stats`, ``file_stats``,
+    ``stats_by_field_id``); a float16 bound is then a float like any other."""
     if pa.types.is_float16(t) and isinstance(value, bytes):
         return struct.unpack("<e", value)[0] if len(value) == 2 else None
     return value
@@ -72,6 +77,8 @@ def value_to_json(value: Any, t: pa.DataType) -> Any:
     if pa.types.is_decimal(t):
         return str(value)
     if pa.types.is_floating(t):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return None  # e.g. an undecodable float16 bound: unknown, never an error
         f = float(value)
         return f if math.isfinite(f) else None
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
