@@ -67,7 +67,7 @@ def _table(tmp_path: Path) -> tuple[caslake.Table, pa.Table]:
 
 
 def test_footer_and_manifest_statistics_of_float16_equal_numpys(tmp_path: Path) -> None:
-    t, data = _table(tmp_path)
+    t, _ = _table(tmp_path)
     snap = t.context.refresh()
     schema = snap.manifest.schema
     ids = {"h": schema.field("h").id, "s.h": schema.find_path("s.h").id}  # type: ignore[union-attr]
@@ -120,7 +120,7 @@ def test_delete_compact_purge_and_exports_of_float16(tmp_path: Path) -> None:
         h = pq.read_table(tmp_path / "t" / f.path).column("h").combine_chunks()
         lo, hi, nulls = _bounds(h)
         stats = dict(f.stats[t.table_schema.field("h").id])
-        assert (stats.get("min"), stats.get("max")) == (lo, hi)
+        assert (stats.get("min"), stats.get("max"), stats["nulls"]) == (lo, hi, nulls)
     for export, target in ((t.export_iceberg, "Iceberg"), (t.export_delta, "Delta")):
         with pytest.raises(ExportUnsupportedType) as e:
             export()
