@@ -7,5 +7,6 @@ a table as versions land), ``restore`` (a new version equal to an older one),
 and the maintenance operations ``compact``, ``gc``, ``purge`` and
 ``verify``.  Each commits only through :func:`caslake.core.run_operation` (which moves
 the handle's snapshot); they import :mod:`caslake.core`, never its modules.  The
-maintenance modules, the change feed and restore are loaded only when used (``tests/test_import_cost.py``).
+maintenance modules, the change feed and restore are loaded only when used
+(``tests/test_import_cost.py``).
 """

@@ -14,17 +14,22 @@ stored at commit time.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
 
 from caslake.core import (
     POSITION,
     ArrowExport,
+    DeletionMask,
     FooterCache,
     MetadataIO,
     Scan,
@@ -207,59 +212,66 @@ class _Reader:
         for batch in self.scan(self.subset(snap, f), columns, where).to_batches():
             yield pa.Table.from_batches([batch])
 
-    def changed_groups(self, old: Snapshot, new: Snapshot, f: DataFile) -> list[int] | None:
-        """The row groups of ``f`` where the two versions' masks may differ (None:
-        every group)."""
-        def mask_of(snap: Snapshot) -> Any:
-            refs = [r for r in snap.manifest.tombstones if f.path in r.files]
-            return load_masks(self.io.store, self.tombstones, refs, {f.path: f}, [f.path],
-                              self.schema, complete=False).get(f.path)
-
-        a, b = mask_of(old), mask_of(new)
-        if (a is not None and a.key_ranges) or (b is not None and b.key_ranges):
-            return None
-        footer = self.footers.get(self.io.store, f)
-        starts = footer.group_starts
-        groups: set[int] = set()
-        for m, other in ((a, b), (b, a)):
-            if m is None:
-                continue
-            groups |= m.row_groups - (other.row_groups if other is not None else set())
-            others = other.positions if other is not None else None
-            for pos in (m.positions - others if others is not None else m.positions):
-                groups.add(_group_of(starts, pos))
-        return sorted(groups)
+    def _mask(self, snap: Snapshot, f: DataFile) -> DeletionMask | None:
+        refs = [r for r in snap.manifest.tombstones if f.path in r.files]
+        return load_masks(self.io.store, self.tombstones, refs, {f.path: f}, [f.path],
+                          self.schema, complete=False).get(f.path)
 
     def position_diff(self, old: Snapshot, new: Snapshot, f: DataFile,
                       columns: Sequence[str], where: str | Expr | None
                       ) -> tuple[pa.Table | None, pa.Table | None]:
         """Rows of ``f`` live at ``old`` and deleted at ``new`` (deletes), and the
-        reverse (inserts: rows a restore brings back), reading only the row groups
-        whose masks differ."""
-        groups = self.changed_groups(old, new, f)
-        if groups == []:
-            return None, None
+        reverse (inserts: rows a restore brings back).  Reads each side only where
+        it has rows the other deletes: the row groups holding them, once."""
+        a, b = self._mask(old, f), self._mask(new, f)
+        if (a is not None and a.key_ranges) or (b is not None and b.key_ranges):
+            return self._both_sides(old, new, f, columns, where)
+        footer = self.footers.get(self.io.store, f)
+        dead_old, dead_new = _dead(a, footer.group_rows), _dead(b, footer.group_rows)
+        return (self._rows_at(old, f, dead_new - dead_old, footer.group_starts, columns, where),
+                self._rows_at(new, f, dead_old - dead_new, footer.group_starts, columns, where))
+
+    def _rows_at(self, snap: Snapshot, f: DataFile, positions: BitMap,
+                 starts: Sequence[int], columns: Sequence[str], where: str | Expr | None
+                 ) -> pa.Table | None:
+        """The rows of ``f`` at ``positions`` that are live at ``snap`` (and match
+        ``where``), reading only the row groups holding them."""
+        if not positions:
+            return None
+        groups = sorted({bisect.bisect_right(starts, p) - 1 for p in positions})
+        wanted = pa.array(np.asarray(positions.to_array(), dtype=np.int64))
+        parts = [t.filter(pc.is_in(t[POSITION], wanted)) for _, t in
+                 self.scan(self.subset(snap, f, groups), columns, where).matching_rows()]
+        out = pa.concat_tables(parts).drop_columns([POSITION]) if parts else None
+        return out if out is not None and out.num_rows else None
+
+    def _both_sides(self, old: Snapshot, new: Snapshot, f: DataFile,
+                    columns: Sequence[str], where: str | Expr | None
+                    ) -> tuple[pa.Table | None, pa.Table | None]:
+        """:meth:`position_diff` for masks with key ranges (which rows they delete
+        takes the key values): every row group of both sides, compared by position."""
         sides = []
         for snap in (old, new):
-            src = self.subset(snap, f, groups)
-            parts = [t for _, t in self.scan(src, columns, where).matching_rows()]
+            parts = [t for _, t in self.scan(self.subset(snap, f), columns,
+                                             where).matching_rows()]
             sides.append(pa.concat_tables(parts) if parts else None)
         before, after = sides
 
-        def minus(a: pa.Table | None, b: pa.Table | None) -> pa.Table | None:
-            if a is None:
+        def minus(x: pa.Table | None, y: pa.Table | None) -> pa.Table | None:
+            if x is None:
                 return None
-            if b is not None:
-                a = a.filter(pa.compute.invert(pa.compute.is_in(a[POSITION], b[POSITION])))
-            return a.drop_columns([POSITION]) if a.num_rows else None
+            if y is not None:
+                x = x.filter(pc.invert(pc.is_in(x[POSITION], y[POSITION])))
+            return x.drop_columns([POSITION]) if x.num_rows else None
 
         return minus(before, after), minus(after, before)
 
 
-def _group_of(starts: Sequence[int], pos: int) -> int:
-    import bisect
-
-    return bisect.bisect_right(starts, pos) - 1
+def _dead(mask: DeletionMask | None, group_rows: Sequence[int]) -> BitMap:
+    """Every position a mask without key ranges deletes (None: none)."""
+    if mask is None:
+        return BitMap()
+    return mask.deleted_positions(group_rows)
 
 
 # --- the feed --------------------------------------------------------------------------
@@ -307,7 +319,7 @@ def _pair(deletes: pa.Table, inserts: pa.Table, keys: Sequence[str]
     d_set = {k for k in d_keys if hashable(k)}
     d_pair = pa.array([k in i_set for k in d_keys], pa.bool_())
     i_pair = pa.array([k in d_set for k in i_keys], pa.bool_())
-    inv = pa.compute.invert
+    inv = pc.invert
     return [(DELETE, deletes.filter(inv(d_pair))), (PREIMAGE, deletes.filter(d_pair)),
             (INSERT, inserts.filter(inv(i_pair))), (POSTIMAGE, inserts.filter(i_pair))]
 

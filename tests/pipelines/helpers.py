@@ -5,20 +5,20 @@
 * :func:`rows` / :func:`arrow` -- deterministic rows and their Arrow table.
 * :func:`feed_rows` -- a change feed read as plain tuples, grouped by change type,
   so a test compares it with rows pyarrow computed.
-* :class:`ByteCounter` -- a store wrapper that counts the bytes read per key.
+* :class:`ByteCounter` -- a store wrapper that counts the bytes read per key (the
+  change feed benchmark's).
 """
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
 import caslake
-from caslake.store.base import GetResult, Mode, ObjectMeta, ObjectStore, PutMode
+from benchmarks.change_feed import ByteCounter
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string()),
                     pa.field("f", pa.float64())])
@@ -56,57 +56,4 @@ def feed_rows(feed: pa.Table, columns: Sequence[str] = ("id", "s", "f")
 def with_version(rs: Sequence[Row], version: int) -> list[tuple[Any, ...]]:
     return sorted(((*r, version) for r in rs), key=lambda r: tuple((x is None, x) for x in r))
 
-
-class ByteCounter(ObjectStore):
-    """Delegates to ``inner``; counts the bytes each key's GETs returned.  Never hands
-    out local paths, so every read goes through the counted calls."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.uri = inner.uri
-        self.counters = inner.counters
-        self.read: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def _count(self, key: str, n: int) -> None:
-        with self._lock:
-            self.read[key] = self.read.get(key, 0) + n
-
-    def reset(self) -> None:
-        with self._lock:
-            self.read.clear()
-
-    def get(self, key: str) -> GetResult:
-        res = self.inner.get(key)
-        self._count(key, len(res.data))
-        return res
-
-    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]], *,
-                   etag: str | None = None) -> list[bytes]:
-        out = self.inner.get_ranges(key, ranges, etag=etag)
-        self._count(key, sum(len(b) for b in out))
-        return out
-
-    def head(self, key: str) -> ObjectMeta:
-        return self.inner.head(key)
-
-    def put(self, key: str, data: bytes, *, mode: Mode = PutMode.OVERWRITE) -> str:
-        return self.inner.put(key, data, mode=mode)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectMeta]:
-        return self.inner.list(prefix)
-
-    def delete(self, key: str) -> None:
-        self.inner.delete(key)
-
-    def local_path(self, key: str, *, etag: str | None = None) -> str | None:
-        return None
-
-    def staging_dir(self) -> str | None:
-        return self.inner.staging_dir()
-
-    def put_file(self, key: str, path: str, *, mode: Mode = PutMode.CREATE) -> str:
-        return self.inner.put_file(key, path, mode=mode)
-
-    def data_bytes(self) -> dict[str, int]:
-        return {k: n for k, n in self.read.items() if k.startswith("data/")}
+__all__ = ["ByteCounter"]
