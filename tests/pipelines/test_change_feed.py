@@ -264,3 +264,30 @@ def test_the_feed_of_a_small_append_reads_only_its_file() -> None:
     read = store.data_bytes()
     assert set(read) == {added[0]["path"]}
     assert read[added[0]["path"]] <= added[0]["bytes"]
+
+
+def test_key_range_tombstones_feed_the_rows_they_delete() -> None:
+    t = caslake.create_table(f"memory://{uuid.uuid4().hex}", SCHEMA)  # one big file
+    t.append(arrow(rows(0, 60_000)))
+    t.delete("s = 's3'")  # scattered: stored as a key range on s, not positions
+    t.delete("id BETWEEN 10 AND 400")
+    gone = [r for r in rows(0, 60_000) if r[1] == "s3"]
+    assert feed_rows(t.changes(2, 2).to_arrow()) == {"delete": with_version(gone, 2)}
+    later = [r for r in rows(10, 401) if r[1] != "s3"]
+    assert feed_rows(t.changes(3, 3).to_arrow()) == {"delete": with_version(later, 3)}
+    t.restore(version=1)
+    assert feed_rows(t.changes(4).to_arrow()) == {"insert": with_version(
+        sorted(gone + later), 4)}
+
+
+def test_after_purge_with_expire_the_feed_starts_after_the_purge() -> None:
+    t = new_table()
+    t.append(arrow(rows(0, 100)))
+    t.delete("id < 10")
+    rep = t.purge("id < 20", expire=True)
+    with pytest.raises(VersionExpired) as e:
+        t.changes(rep.version)
+    assert e.value.oldest_readable == rep.version + 1
+    v = t.append(arrow(rows(100, 105))).version  # after the purge and gc's marker
+    assert feed_rows(t.changes(rep.version + 1).to_arrow()) == {
+        "insert": with_version(rows(100, 105), v)}
