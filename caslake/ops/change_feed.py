@@ -303,7 +303,9 @@ def _key_names(snap: Snapshot, end: TableSchema) -> list[str] | None:
 
 
 def _row_keys(table: pa.Table, names: Sequence[str]) -> list[tuple[Any, ...]]:
-    cols = [table.column(n).to_pylist() for n in names]
+    """Each row's key values, a nested value (a struct, list or map key) by its text."""
+    cols = [[v if v is None or isinstance(v, int | float | str | bytes) else repr(v)
+             for v in table.column(n).to_pylist()] for n in names]
     return list(zip(*cols, strict=True)) if cols else [()] * table.num_rows
 
 

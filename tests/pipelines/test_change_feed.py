@@ -291,3 +291,29 @@ def test_after_purge_with_expire_the_feed_starts_after_the_purge() -> None:
     v = t.append(arrow(rows(100, 105))).version  # after the purge and gc's marker
     assert feed_rows(t.changes(rep.version + 1).to_arrow()) == {
         "insert": with_version(rows(100, 105), v)}
+
+
+def test_nested_columns_in_the_feed_and_a_restore() -> None:
+    schema = pa.schema([("id", pa.int64()), ("dev", pa.struct([("os", pa.string())])),
+                        ("tags", pa.list_(pa.string()))])
+    t = caslake.create_table(f"memory://{uuid.uuid4().hex}", schema)
+
+    def data(ids: range, os: str) -> pa.Table:
+        return pa.table({"id": list(ids), "dev": [{"os": f"{os}{i}"} for i in ids],
+                         "tags": [[os, str(i)] for i in ids]}, schema=schema)
+
+    t.append(data(range(0, 20), "a"))
+    t.upsert(data(range(15, 25), "b"), key="id")
+    feed = t.changes(2).to_arrow()
+    got = sorted(zip(feed["_change_type"].to_pylist(), feed["id"].to_pylist(),
+                     feed["dev"].to_pylist(), feed["tags"].to_pylist(), strict=True),
+                 key=lambda r: (r[0], r[1]))
+    want = sorted([("update_preimage", i, {"os": f"a{i}"}, ["a", str(i)]) for i in range(15, 20)]
+                  + [("update_postimage", i, {"os": f"b{i}"}, ["b", str(i)])
+                     for i in range(15, 20)]
+                  + [("insert", i, {"os": f"b{i}"}, ["b", str(i)]) for i in range(20, 25)],
+                  key=lambda r: (r[0], r[1]))
+    assert got == want
+    t.restore(version=1)
+    back = t.changes(3).to_arrow()
+    assert sorted(back["_change_type"].to_pylist()) == ["delete"] * 10 + ["insert"] * 5
