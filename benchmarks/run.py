@@ -6,6 +6,7 @@ import sys
 
 from benchmarks import append as append_bench
 from benchmarks import (
+    change_feed,
     core,
     deletes,
     metadata,
@@ -37,7 +38,8 @@ def main() -> int:
     spark_bench.main(quick=quick)
     predicates.main(0.1 if quick else 1.0)
     paths = scan_paths.main(0.1 if quick else 1.0, [1, 2], append=True)
-    return tpch.main(quick=quick) or paths or synthetic
+    feed = change_feed.main(quick=quick)
+    return tpch.main(quick=quick) or paths or synthetic or feed
 
 
 if __name__ == "__main__":
