@@ -178,7 +178,7 @@ def convert(arr: Any, dst: pa.Field[Any], path: str) -> Any:
         arr = arr.dictionary_decode()
     if pa.types.is_run_end_encoded(arr.type):
         arr = _pc.run_end_decode(arr)
-    if arr.type == t:
+    if arr.type == t and not _has_required_child(t):
         return arr
     if pa.types.is_null(arr.type):
         return _pa.nulls(len(arr), t)
@@ -207,6 +207,39 @@ def _check_nulls(arr: Any, f: pa.Field[Any], path: str, where: Any = None) -> No
                              "null(s)", column=path, expected=str(f.type), actual=str(arr.type))
 
 
+def _has_required_child(t: Any) -> bool:
+    """Whether a non-nullable field lies anywhere below ``t`` (a map's key aside,
+    which Arrow itself keeps non-null)."""
+    kind = _kind(t)
+    if kind == "struct":
+        return any(not f.nullable or _has_required_child(f.type) for f in t)
+    if kind == "list":
+        f = t.value_field
+        return not f.nullable or _has_required_child(f.type)
+    if kind == "map":
+        f = t.item_field
+        return not f.nullable or _has_required_child(f.type) or _has_required_child(t.key_type)
+    return False
+
+
+def _without_validity(arr: Any) -> Any:
+    """``arr`` with no NULLs: its slots that were NULL keep whatever value lies
+    under them.  Only for a non-nullable field whose NULLs all lie under a NULL
+    parent (so no reader ever sees those slots), as Spark sends such rows."""
+    kind = _kind(arr.type)
+    if kind == "struct":
+        kids = [arr.field(i) for i in range(arr.type.num_fields)]
+        return pa.StructArray.from_arrays(kids, fields=list(arr.type))
+    if kind == "list":
+        offsets, _, (values,) = _offsets_values(arr, arr.values)
+        return pa.ListArray.from_arrays(offsets, values, type=arr.type)
+    if kind == "map":
+        offsets, _, (keys, items) = _offsets_values(arr, arr.keys, arr.items)
+        return _pa.MapArray.from_arrays(offsets, keys, items, type=arr.type)
+    return pa.Array.from_buffers(arr.type, len(arr), [None, *arr.buffers()[1:]],
+                                 offset=arr.offset)
+
+
 def _convert_struct(arr: Any, t: pa.DataType, path: str) -> Any:
     index = {arr.type.field(i).name: i for i in range(arr.type.num_fields)}
     valid = arr.is_valid() if arr.null_count else None
@@ -217,6 +250,8 @@ def _convert_struct(arr: Any, t: pa.DataType, path: str) -> Any:
         if f.name in index:
             kid = convert(arr.field(index[f.name]), f, where)  # sliced like its parent
             _check_nulls(kid, f, where, valid)
+            if not f.nullable and kid.null_count:  # NULLs only under NULL parents
+                kid = _without_validity(kid)
         else:
             kid = _pa.nulls(len(arr), f.type)
         kids.append(kid)

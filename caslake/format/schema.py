@@ -108,6 +108,11 @@ def type_to_str(t: pa.DataType, path: str = "") -> str:
     if pa.types.is_timestamp(t):
         return f"timestamp[{t.unit}, tz={t.tz}]" if t.tz else f"timestamp[{t.unit}]"
     if pa.types.is_decimal(t):
+        if t.scale < 0:
+            raise UnsupportedType(
+                f"column {path!r} has type {t}, a negative scale, which Parquet cannot "
+                f"store; cast it to decimal{t.bit_width}({t.precision - t.scale}, 0)",
+                path=path, type=str(t))
         return f"decimal{t.bit_width}({t.precision}, {t.scale})"
     if pa.types.is_time32(t) or pa.types.is_time64(t):
         return f"time{t.bit_width}[{t.unit}]"
