@@ -13,6 +13,17 @@ changed.  It never writes under ``data/``, ``manifest/`` or ``tombstone/``; a
 crash before the commit object lands leaves the previous Delta version as it
 was.
 
+Every ``export.delta.checkpoint_interval`` versions (a table property, default
+10 as in Delta; :func:`checkpoint_interval`) the export also writes a classic
+single-file checkpoint of the version it just committed
+(``<20 digits>.checkpoint.parquet``, the protocol's checkpoint schema) and then
+``_last_checkpoint``, so readers (and :func:`read_log`) replay the checkpoint
+and the few commits after it, not every JSON commit since version 0.  The
+checkpoint is written after the commit is published: a failure there leaves
+the export done, and the next export writes the checkpoint it missed (a
+checkpoint is due when ``interval`` versions have passed since the last one).
+Old JSON commits are kept (time travel); only the erasure deletes them.
+
 Columns are matched by Delta column mapping, mode ``name``: each field carries
 caslake's field id and the Parquet name its data files store it under, and
 statistics are keyed by that physical name (:mod:`caslake.export.delta_columns`;
@@ -37,14 +48,15 @@ big-endian CRC-32 of the data.  Descriptors use storage type ``u``
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import re
 import struct
 import uuid
 import zlib
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -57,6 +69,7 @@ from caslake.errors import (
     CorruptMetadata,
     InvalidArgument,
     NotFound,
+    StoreError,
 )
 from caslake.export import delta_columns as cm
 from caslake.export.result import ExportResult, Writer
@@ -67,6 +80,8 @@ from caslake.store.base import ObjectStore
 
 LOG_PREFIX = "_delta_log/"
 LAST_CHECKPOINT_KEY = "_delta_log/_last_checkpoint"
+CHECKPOINT_INTERVAL_PROPERTY = "export.delta.checkpoint_interval"
+DEFAULT_CHECKPOINT_INTERVAL = 10  # Delta's delta.checkpointInterval default
 DV_PREFIX = "dv"
 DV_MAGIC = 1681511377
 DV_TAG = "caslake.deletes"  # add.tags: which tombstones the file's deletion vector reflects
@@ -199,7 +214,7 @@ def read_log(store: ObjectStore) -> DeltaState:
     return state
 
 
-# --- checkpoints (written by reset_delta) -------------------------------------------
+# --- checkpoints (every N versions, and by reset_delta) -----------------------------
 
 _STR_MAP = pa.map_(pa.string(), pa.string())
 _DV_TYPE = pa.struct([("storageType", pa.string()), ("pathOrInlineDv", pa.string()),
@@ -264,6 +279,42 @@ def write_checkpoint(actions: list[dict[str, Any]]) -> bytes:
     pq.write_table(pa.Table.from_pylist(rows, schema=_CHECKPOINT_SCHEMA), buf,
                    compression="zstd")
     return bytes(buf.getvalue())
+
+
+def checkpoint_interval(properties: Mapping[str, str]) -> int:
+    """The table property ``export.delta.checkpoint_interval``: a whole number of at
+    least 1 (default 10).  Raises InvalidArgument naming the property."""
+    raw = properties.get(CHECKPOINT_INTERVAL_PROPERTY)
+    if raw is None:
+        return DEFAULT_CHECKPOINT_INTERVAL
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise InvalidArgument(f"property {CHECKPOINT_INTERVAL_PROPERTY!r} must be a whole "
+                              f"number of at least 1 (Delta versions between checkpoints), "
+                              f"not {raw!r}")
+    return int(raw)
+
+
+def state_after(state: DeltaState, actions: list[dict[str, Any]], version: int) -> DeltaState:
+    """``state`` with one more commit's ``actions`` applied (``state`` is left as is)."""
+    after = DeltaState(adds=dict(state.adds), protocol=state.protocol,
+                       metadata=state.metadata, schema=state.schema,
+                       exported=dict(state.exported), next_version=version + 1)
+    for action in actions:
+        after.apply(action, version)
+    return after
+
+
+def put_checkpoint(writer: Writer, state: DeltaState, version: int) -> None:
+    """Write the checkpoint of ``state`` (the table at Delta ``version``), then point
+    ``_last_checkpoint`` at it.  The checkpoint is create-only: one already there
+    (another exporter's, of the same version) is kept."""
+    snapshot: list[dict[str, Any]] = [
+        {"protocol": state.protocol}, {"metaData": state.metadata},
+        *({"add": {**a, "dataChange": False}} for a in state.adds.values())]
+    with contextlib.suppress(AlreadyExists):
+        writer.put(checkpoint_key(version), write_checkpoint(snapshot))
+    writer.put(LAST_CHECKPOINT_KEY, json.dumps({"version": version, "size": len(snapshot)})
+               .encode(), overwrite=True)
 
 
 def read_checkpoint(store: ObjectStore, key: str) -> list[dict[str, Any]]:
@@ -473,9 +524,6 @@ class DeltaExport:
         lines.extend(self.actions(state, writer, restate=restate, fresh=fresh))
         return lines
 
-    def commit(self, state: DeltaState, writer: Writer) -> bytes:
-        return encode(self.commit_actions(state, writer))
-
 
 def _put(tree: dict[str, Any], keys: list[str], value: Any) -> None:
     for k in keys[:-1]:
@@ -492,6 +540,7 @@ def export_delta(table: TableHandle, version: int | None = None) -> ExportResult
     ``version`` (latest if None).  See the module docstring."""
     source = load_source(table, version)
     export = DeltaExport(source)  # checks the schema before any write
+    interval = checkpoint_interval(source.snapshot.manifest.properties)
     store = table.store
     for _ in range(ATTEMPTS):
         state = read_log(store)
@@ -504,15 +553,33 @@ def export_delta(table: TableHandle, version: int | None = None) -> ExportResult
                                       f"Delta export (version {last}); exports only move "
                                       "forward")
         writer = Writer(store)
-        body = export.commit(state, writer)
+        version = state.next_version
+        actions = export.commit_actions(state, writer)
         try:
-            writer.publish(commit_key(state.next_version), body,
+            writer.publish(commit_key(version), encode(actions),
                            commit_id=source.snapshot.manifest.commit_id)
         except AlreadyExists:
             continue  # another exporter took this Delta version: replay and diff again
-        return writer.result("delta", source.version, table.store.uri)
+        done = _checkpoint_if_due(writer, state, actions, version, interval)
+        return replace(writer.result("delta", source.version, table.store.uri),
+                       checkpoint=done)
     raise CommitConflict(f"gave up after {ATTEMPTS} attempts: other exporters kept taking "
                          "the next Delta version")
+
+
+def _checkpoint_if_due(writer: Writer, state: DeltaState, actions: list[dict[str, Any]],
+                       version: int, interval: int) -> int | None:
+    """Checkpoint Delta ``version`` (just published) when ``interval`` versions have
+    passed since the checkpoint replay started from (or version 0).  The commit
+    stands whatever happens here: a store failure leaves the checkpoint to the
+    next export.  Returns the checkpoint's version, or None."""
+    if version - (state.checkpoint or 0) < interval:
+        return None
+    try:
+        put_checkpoint(writer, state_after(state, actions, version), version)
+    except StoreError:
+        return None
+    return version
 
 
 def reset_delta(table: TableHandle) -> ExportResult | None:
@@ -544,15 +611,7 @@ def reset_delta(table: TableHandle) -> ExportResult | None:
     else:
         raise CommitConflict(f"gave up after {ATTEMPTS} attempts: other exporters kept "
                              "taking the next Delta version")
-    after = DeltaState(adds=dict(state.adds), protocol=state.protocol,
-                       metadata=state.metadata, schema=state.schema)
-    for action in actions:
-        after.apply(action, version)
-    snapshot: list[dict[str, Any]] = [{"protocol": after.protocol}, {"metaData": after.metadata},
-                *({"add": {**a, "dataChange": False}} for a in after.adds.values())]
-    writer.put(checkpoint_key(version), write_checkpoint(snapshot))
-    writer.put(LAST_CHECKPOINT_KEY, json.dumps({"version": version, "size": len(snapshot)})
-               .encode(), overwrite=True)
+    put_checkpoint(writer, state_after(state, actions, version), version)
     doomed = []
     for m in store.list(LOG_PREFIX):
         c = _COMMIT_RE.match(m.key) or _CHECKPOINT_RE.match(m.key)

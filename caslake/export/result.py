@@ -37,7 +37,8 @@ PUBLISH_ATTEMPTS = 3
 
 @dataclass(frozen=True)
 class ExportResult:
-    """``location``: the Iceberg metadata file, or the Delta table root."""
+    """``location``: the Iceberg metadata file, or the Delta table root;
+    ``checkpoint``: the Delta version this export also checkpointed, if any."""
 
     format: str
     version: int
@@ -47,6 +48,7 @@ class ExportResult:
     bytes_written: int = 0
     manifests_reused: int = 0
     manifests_written: int = 0
+    checkpoint: int | None = None
 
 
 class Writer:
