@@ -618,7 +618,23 @@ def cmd_properties(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"{k}={v}\n")
         if not props:
             out.write("(no properties)\n")
+        unset = [p for p in _export_properties() if p[0] not in props]
+        if unset:
+            out.write("# export properties not set, with their defaults:\n")
+        for name, default, what in unset:
+            out.write(f"# {name}={default}  ({what})\n")
     return 0
+
+
+def _export_properties() -> list[tuple[str, str, str]]:
+    """The table properties the exports read: name, default, meaning."""
+    from caslake.export.delta import CHECKPOINT_INTERVAL_PROPERTY, DEFAULT_CHECKPOINT_INTERVAL
+    from caslake.export.hook import DELTA_PROPERTY, ICEBERG_PROPERTY
+
+    return [(ICEBERG_PROPERTY, "false", "true: every commit is also exported as Iceberg"),
+            (DELTA_PROPERTY, "false", "true: every commit is also exported as Delta"),
+            (CHECKPOINT_INTERVAL_PROPERTY, str(DEFAULT_CHECKPOINT_INTERVAL),
+             "a Delta checkpoint every N Delta versions")]
 
 
 def _size(text: str) -> int:
@@ -654,7 +670,8 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"exported version {res.version} as {args.target}: {res.location} "
                   f"({res.objects_written} objects, {res.bytes_written:,} bytes written")
         out.write(f"; {res.manifests_reused} manifests reused)\n" if args.target == "iceberg"
-                  else ")\n")
+                  else ")\n" if res.checkpoint is None
+                  else f"; checkpoint at Delta version {res.checkpoint})\n")
     return 0
 
 

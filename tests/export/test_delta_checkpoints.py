@@ -124,3 +124,34 @@ def test_bad_interval_is_refused_naming_the_property(tmp_path: Path, bad: str) -
     with pytest.raises(InvalidArgument, match=CHECKPOINT_INTERVAL_PROPERTY):
         t.export_delta()
     assert not (tmp_path / "t" / LOG).exists()  # nothing written
+
+
+def test_cli_lists_export_properties_and_reports_the_checkpoint(tmp_path: Path) -> None:
+    import io
+
+    from caslake.cli.main import main as cli_main
+
+    def run(*argv: str) -> tuple[int, str]:
+        buf = io.StringIO()
+        return cli_main(list(argv), out=buf), buf.getvalue()
+
+    uri = str(tmp_path / "t")
+    t = new_table(uri)
+    code, out = run("properties", uri)
+    assert code == 0
+    assert "# export.delta.checkpoint_interval=10" in out
+    assert "# export.iceberg=false" in out and "# export.delta=false" in out
+    assert run("properties", uri, "--set", f"{CHECKPOINT_INTERVAL_PROPERTY}=2")[0] == 0
+    code, out = run("properties", uri)
+    assert f"{CHECKPOINT_INTERVAL_PROPERTY}=2\n" in out.splitlines(keepends=True)
+    assert "# export.delta.checkpoint_interval" not in out
+    assert json.loads(run("properties", uri, "--json")[1]) == {CHECKPOINT_INTERVAL_PROPERTY: "2"}
+    outs = []
+    for i in range(3):
+        t.append(rows(i * 10, i * 10 + 10))
+        outs.append(run("export", "delta", uri)[1])
+    assert "checkpoint" not in outs[0] + outs[1]
+    assert "checkpoint at Delta version 2" in outs[2]
+    assert json.loads(run("export", "drop", uri, "--format", "delta", "--json")[1])[
+        "objects_deleted"] == 5  # three commits, the checkpoint and _last_checkpoint
+    assert not list((tmp_path / "t" / LOG).glob("*"))
