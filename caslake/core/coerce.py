@@ -6,12 +6,15 @@ Owns the append rules users meet on day one:
 * every table column must be in the data (a missing column is a
   ``SchemaMismatch`` naming all of them; null-filling is an explicit opt-in
   that belongs to schema evolution, not a default);
-* a column of another type is accepted when the cast cannot change a value:
-  integer and float widenings, integers into floats that hold them exactly,
-  large/small/view string and binary variants, dictionary-encoded values,
-  coarser timestamp units into finer ones, and finer into coarser when no
-  value of the batch loses precision (else the column and the first such value
-  are named);
+* a column of another type is accepted when the cast changes no value:
+  large/small/view string and binary variants, dictionary-encoded values and
+  coarser timestamp units into finer ones always; numbers into numbers
+  (integers, floats and decimals, any width: a DuckDB ``HUGEINT`` into
+  ``int64``, ``decimal(18,3)`` into ``decimal(10,2)``, a pandas ``float64``
+  holding NULLs as NaN into ``int64``) and finer timestamp units into coarser
+  ones when *every value of the batch* converts and converts back unchanged --
+  else a SchemaMismatch names the column (full path) and the first value that
+  would change (:func:`checked_numeric_cast`; docs/interop.md, "Casts");
 * nested columns convert at every level: any list encoding (``large_list``,
   ``fixed_size_list``, list views) into the table's list, a struct's fields
   matched **by name** in any order (a nullable field the data lacks is NULL; a
@@ -133,13 +136,8 @@ def cast_problem(src: pa.DataType, dst: pa.DataType) -> str | None:
     for family in (strings, binaries):
         if any(f(src) for f in family) and any(f(dst) for f in family):
             return None
-    if pa.types.is_integer(src) and pa.types.is_integer(dst):
-        return None if _int_fits(src, dst) else "it could overflow"
-    if pa.types.is_integer(src) and pa.types.is_floating(dst):
-        bits = src.bit_width - (1 if pa.types.is_signed_integer(src) else 0)
-        return None if bits <= _MANTISSA[dst.bit_width] else "the floats cannot hold every value"
-    if pa.types.is_floating(src) and pa.types.is_floating(dst):
-        return None if src.bit_width <= dst.bit_width else "it would lose precision"
+    if _is_number(src) and _is_number(dst):
+        return None  # checked value by value when the batch is cast
     if pa.types.is_date(src) and pa.types.is_date(dst):
         return None  # a date64 that is not a whole day is refused by the checked cast
     if pa.types.is_time(src) and pa.types.is_time(dst):
@@ -155,9 +153,6 @@ def cast_problem(src: pa.DataType, dst: pa.DataType) -> str | None:
         if not same_zone(src.tz, dst.tz):
             return f"the data's time zone is {src.tz}, the table's is {dst.tz}"
         return None  # a finer unit is checked value by value when the batch is cast
-    if pa.types.is_decimal(src) and pa.types.is_decimal(dst):
-        whole = src.precision - src.scale <= dst.precision - dst.scale
-        return None if whole and src.scale <= dst.scale else "it could lose digits"
     if _kind(src) is not None or _kind(dst) is not None:
         problem = nested_problem(src, dst, "")
         return None if problem is None else f"{problem[0].lstrip('.') or 'value'}: {problem[1]}"
@@ -310,11 +305,90 @@ def _cast(arr: Any, name: str, dst: pa.DataType) -> Any:
             arr = arr.cast(pa.timestamp(src.unit, tz=dst.tz))
         if _UNITS[src.unit] > _UNITS[dst.unit]:
             return _narrow_timestamps(arr, name, dst)
+    if _is_number(src) and _is_number(dst) and not _always_exact(src, dst):
+        return checked_numeric_cast(arr, name, dst)
     try:
         return arr.cast(dst, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         raise SchemaMismatch(f"column {name!r} cannot be cast from {src} to {dst}: {e}",
                              column=name, expected=str(dst), actual=str(src)) from None
+
+
+def _is_number(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
+
+
+def _always_exact(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Whether every value of ``src`` is one of ``dst`` (a widening: no check needed)."""
+    if pa.types.is_integer(src) and pa.types.is_integer(dst):
+        return _int_fits(src, dst)
+    if pa.types.is_integer(src) and pa.types.is_floating(dst):
+        bits = src.bit_width - (1 if pa.types.is_signed_integer(src) else 0)
+        return bits <= _MANTISSA[dst.bit_width]
+    if pa.types.is_floating(src) and pa.types.is_floating(dst):
+        return bool(src.bit_width <= dst.bit_width)
+    if pa.types.is_decimal(src) and pa.types.is_decimal(dst):
+        return bool(src.precision - src.scale <= dst.precision - dst.scale
+                    and src.scale <= dst.scale)
+    return False
+
+
+def checked_numeric_cast(arr: Any, path: str, dst: pa.DataType) -> Any:
+    """``arr`` (integers, floats or decimals) as the number type ``dst`` when every
+    value converts and reads back unchanged; else a SchemaMismatch naming ``path``
+    and the first value that would change.  NULLs stay NULL.  A float becomes the
+    shortest decimal that reads back as the same float (``0.1`` -> ``0.10``), so
+    it fits a decimal when that text has at most its scale's digits."""
+    try:
+        return _exact_cast(arr, dst)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    first = _first_misfit(arr, dst)
+    raise SchemaMismatch(
+        f"column {path!r}: the {arr.type} value {_number_text(first)} does not fit "
+        f"{dst} without changing (cast or round the data first)",
+        column=path, expected=str(dst), actual=str(arr.type))
+
+
+def _exact_cast(arr: Any, dst: pa.DataType) -> Any:
+    """``arr`` cast to ``dst``; ArrowInvalid if a non-NULL value would change."""
+    src = arr.type
+    if pa.types.is_floating(src) and pa.types.is_decimal(dst):
+        # the shortest text that reads back as the same float, then its exact digits;
+        # read back through text too (Arrow parses "1e-311" as 0.00 without a word)
+        out = pc.cast(pc.cast(arr, pa.string()), dst, safe=True)
+        _same(pc.cast(pc.cast(out, pa.string()), src), arr)
+        return out
+    if pa.types.is_integer(src) and pa.types.is_decimal(dst):
+        arr = arr.cast(pa.decimal128(20, 0))  # every 64-bit integer, exactly
+    out = arr.cast(dst, safe=True)
+    if pa.types.is_floating(dst) and not pa.types.is_integer(src):
+        _same(_exact_cast(out, src) if pa.types.is_decimal(src) else out.cast(src), arr)
+    return out
+
+
+def _same(back: Any, arr: Any) -> None:
+    """ArrowInvalid unless ``back`` (a value read back) equals ``arr`` (NULLs aside)."""
+    if not pc.all(pc.fill_null(pc.equal(back, arr), True)).as_py():
+        raise pa.ArrowInvalid("a value changed")
+
+
+def _first_misfit(arr: Any, dst: pa.DataType) -> Any:
+    """The first value of ``arr`` (which does not cast exactly) that does not: the
+    shortest failing prefix, found by halving."""
+    lo, hi = 1, len(arr)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            _exact_cast(arr.slice(0, mid), dst)
+            lo = mid + 1
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            hi = mid
+    return arr[lo - 1].as_py()
+
+
+def _number_text(v: Any) -> str:
+    return repr(v) if isinstance(v, float) else str(v)
 
 
 # pyarrow-stubs type the nested constructors narrower than pyarrow accepts.
