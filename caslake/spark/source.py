@@ -35,8 +35,8 @@ Write: ``df.write.format("caslake").mode("append" | "overwrite").save(uri)``
 ``txnVersion`` make it idempotent.  Streaming: ``df.writeStream.format("caslake")``
 (:mod:`caslake.spark.stream`): one commit per micro-batch, exactly once across
 restarts.  Commit and abort rules: :mod:`caslake.spark.commit`.  Streaming reads
-(``spark.readStream.format("caslake")``) are not supported yet: a query fails at
-start with an :class:`~caslake.errors.InvalidArgument` saying so.
+(``spark.readStream.format("caslake")``, offsets are table versions) and the batch
+change feed (option ``readChangeFeed``): :mod:`caslake.spark.stream_source`.
 
 Options: ``storage_options`` (a JSON object) and ``storage.<key>`` (one each);
 for reads also ``version``, ``timestamp`` (ISO-8601 or epoch milliseconds),
@@ -55,8 +55,8 @@ import json
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn, cast
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -64,10 +64,8 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamReader,
     InputPartition,
-    SimpleDataSourceStreamReader,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from caslake.core import (
@@ -84,6 +82,8 @@ from caslake.errors import (
     InvalidArgument,
     SchemaMismatch,
 )
+from caslake.format.manifest import DataFile
+from caslake.format.schema import TableSchema
 from caslake.spark.types import (
     conform_for_read,
     spark_schema_for,
@@ -96,6 +96,7 @@ from caslake.table import open_table
 
 if TYPE_CHECKING:  # imported where used: these modules import this one
     from caslake.spark.stream import CaslakeStreamWriter
+    from caslake.spark.stream_source import StreamOptions
     from caslake.spark.write import CaslakeWriter
 
 log = logging.getLogger(__name__)
@@ -293,6 +294,32 @@ def slice_batch(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:
         yield batch.slice(start, rows)
 
 
+def file_partitions(io: MetadataIO, snapshot: Snapshot, files: Sequence[DataFile] | None,
+                    schema: TableSchema | None, columns: list[str], where: str | None,
+                    parallelism: int, uri: str, storage_options: StorageOptions
+                    ) -> list[CaslakePartition]:
+    """Spark partitions reading ``files`` of ``snapshot`` (None: all its live files)
+    as of that version, under ``schema`` (None: the snapshot's; another one is read
+    by field id), planned by :func:`plan_partitions`."""
+    source: Snapshot | SnapshotSubset = snapshot
+    if files is not None or schema is not None:
+        chosen = io.live_files(snapshot) if files is None else files
+        source = SnapshotSubset.of(snapshot, chosen)
+        if schema is not None:
+            source = replace(source, schema=schema)
+    tasks = Scan(io, FooterCache(), source, columns, where).plan().tasks
+    external = external_uris(snapshot.manifest)
+    out: list[CaslakePartition] = []
+    for part in plan_partitions(tasks, parallelism):
+        subset = SnapshotSubset.of(snapshot, [tasks[i].file for i in part],
+                                   {tasks[i].file.path: g for i, g in part.items()})
+        if schema is not None:
+            subset = replace(subset, schema=schema)
+        out.append(CaslakePartition(uri=uri, storage_options=storage_options, subset=subset,
+                                    columns=columns, where=where, external=external))
+    return out
+
+
 def read_partition(p: CaslakePartition, store: ObjectStore | None = None
                    ) -> Iterator[pa.RecordBatch]:
     """Live, matching rows of one partition, as caslake's Scan produces them.
@@ -344,19 +371,10 @@ class CaslakeReader(DataSourceReader):
         options = opts.storage_options or None
         own = open_store(opts.uri, options)
         manifest = MetadataIO(own).load_manifest(self.manifest_key)  # manifests are own
-        external = external_uris(manifest)
-        io = MetadataIO(route(own, external, options))
+        io = MetadataIO(route(own, external_uris(manifest), options))
         snapshot = Snapshot(manifest, self.manifest_key)
-        tasks = Scan(io, FooterCache(), snapshot, self.columns, opts.where).plan().tasks
-        out: list[InputPartition] = []
-        for part in plan_partitions(tasks, self.parallelism):
-            files = [tasks[i].file for i in part]
-            groups = {tasks[i].file.path: g for i, g in part.items()}
-            out.append(CaslakePartition(
-                uri=opts.uri, storage_options=opts.storage_options,
-                subset=SnapshotSubset.of(snapshot, files, groups), columns=self.columns,
-                where=opts.where, external=external))
-        return out
+        return file_partitions(io, snapshot, None, None, self.columns, opts.where,
+                               self.parallelism, opts.uri, opts.storage_options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, CaslakePartition):
@@ -364,41 +382,6 @@ class CaslakeReader(DataSourceReader):
         expected = to_arrow_schema(self.schema, timezone="UTC")
         return (conform_for_read(piece, expected) for b in read_partition(partition)
                 for piece in slice_batch(b, READ_BATCH_ROWS))
-
-
-# --- streaming reads (not supported yet) ------------------------------------------
-
-
-def refuse_stream_read(uri: str) -> NoReturn:
-    raise InvalidArgument(
-        f"streaming reads from caslake are not supported yet (spark.readStream.format("
-        f"'caslake') of {uri}); read the table in batch with spark.read.format('caslake'), "
-        "e.g. per version with option 'version'")
-
-
-class UnsupportedStreamReader(DataSourceStreamReader):
-    """What ``CaslakeDataSource.streamReader`` returns until streaming reads exist:
-    the first call that would plan or read raises :class:`InvalidArgument` saying so.
-
-    Returned, not raised from ``streamReader``: PySpark 4.3's stream runner calls
-    ``reader.stop()`` in a ``finally`` around the reader's creation, so an error
-    raised there reaches the user as ``UnboundLocalError`` instead."""
-
-    def __init__(self, uri: str) -> None:
-        self.uri = uri
-
-    def initialOffset(self) -> dict[str, object]:
-        refuse_stream_read(self.uri)
-
-    def latestOffset(self, start: dict[str, object], limit: ReadLimit) -> dict[str, object]:
-        refuse_stream_read(self.uri)
-
-    def partitions(self, start: dict[str, object], end: dict[str, object]
-                   ) -> Sequence[InputPartition]:
-        refuse_stream_read(self.uri)
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        refuse_stream_read(self.uri)
 
 
 # --- the data source --------------------------------------------------------------
@@ -411,20 +394,38 @@ class CaslakeDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
+    def _streamed(self, streaming: bool) -> StreamOptions | None:
+        """The options of a stream or a change-feed read (None: a plain batch read)."""
+        from caslake.spark.stream_source import READ_CHANGE_FEED, StreamOptions
+
+        if not streaming and str(self.options.get(READ_CHANGE_FEED) or "").lower() != "true":
+            return None
+        return StreamOptions.parse(self.options, streaming)
+
     def schema(self) -> StructType:
+        from caslake.spark.stream_source import stream_schema
+
+        streamed = self._streamed(False)
+        if streamed is not None:
+            return stream_schema(streamed)
         opts = ReadOptions.parse(self.options)
         table = open_table(opts.uri, storage_options=opts.storage_options or None)
         scan = table.scan(columns=opts.columns, version=opts.version, as_of=opts.timestamp)
         return spark_schema_for(scan.schema)  # nested fields projected by the option
 
-    def reader(self, schema: StructType) -> CaslakeReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from caslake.spark.stream_source import CaslakeFeedReader
+
+        streamed = self._streamed(False)
+        if streamed is not None:
+            return CaslakeFeedReader(streamed, schema)
         return CaslakeReader(ReadOptions.parse(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return UnsupportedStreamReader(str(self.options.get("path") or "(no path)"))
+        from caslake.spark.stream_source import CaslakeStreamReader
 
-    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
-        refuse_stream_read(str(self.options.get("path") or "(no path)"))
+        # Options are checked here (the stream's schema() already parsed them once).
+        return CaslakeStreamReader(cast("StreamOptions", self._streamed(True)), schema)
 
     def _sink_uri(self) -> str:
         uri = self.options.get("path")
