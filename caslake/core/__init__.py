@@ -50,6 +50,7 @@ from caslake.core.pointer import (
 from caslake.core.pools import shared_pool, shutdown_all, threads
 from caslake.core.read.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.core.read.interop import ArrowExport, live_file_list
+from caslake.core.read.partition_prune import partition_covers
 from caslake.core.read.scan import POSITION, FileTask, Scan, SnapshotSubset, summary_matcher
 from caslake.core.requirements import (
     FilesUntouchedSince,
@@ -115,6 +116,7 @@ __all__ = [
     "live_file_list",
     "load_masks",
     "noop_result",
+    "partition_covers",
     "put_new",
     "put_new_file",
     "read_footer",

@@ -26,7 +26,11 @@ from typing import Protocol
 
 from caslake.core.metadata_io import MetadataIO, Snapshot
 from caslake.errors import InvalidArgument
-from caslake.format import SEGMENTS_FORMAT_VERSION, TYPES_FORMAT_VERSION
+from caslake.format import (
+    PARTITION_FORMAT_VERSION,
+    SEGMENTS_FORMAT_VERSION,
+    TYPES_FORMAT_VERSION,
+)
 from caslake.format.keys import manifest_key
 from caslake.format.manifest import (
     AncestorRef,
@@ -36,6 +40,7 @@ from caslake.format.manifest import (
     TombstoneRef,
     Totals,
 )
+from caslake.format.partition import Partitioning
 from caslake.format.schema import TableSchema
 
 INLINE_LIMIT = 64
@@ -65,6 +70,8 @@ class Changes:
     fold_segments: bool = False
     # A schema change: the schema of the new version (schema id already advanced).
     schema: TableSchema | None = None
+    # A partition spec change (format 5): the new version's partition specs.
+    partitioning: Partitioning | None = None
 
 
 class Requirement(Protocol):
@@ -273,6 +280,7 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
         oldest_version=max(bm.oldest_version, changes.oldest_version or 0),
         external=bm.external,
         collected_until_ms=max(bm.collected_until_ms, changes.collected_until_ms or 0),
+        partitioning=changes.partitioning or bm.partitioning,
         # Segment objects are format 3: the first commit that references one raises
         # the table's version (docs/format.md, "Format version rule"); never lowered.
         format_version=max(
@@ -280,5 +288,7 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
             SEGMENTS_FORMAT_VERSION if any(s.is_object for s in segments) else 0,
             # Nested fields or a newer type: format 4 from the commit that adds them.
             TYPES_FORMAT_VERSION if changes.schema is not None and changes.schema.needs_v4
-            else 0))
+            else 0,
+            # Partition specs: format 5 from the commit that adds the first one.
+            PARTITION_FORMAT_VERSION if changes.partitioning is not None else 0))
     return manifest_key(version, token), manifest

@@ -243,7 +243,8 @@ def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | N
     written: list[SegmentRef] = []
 
     def write(files: Sequence[DataFile]) -> SegmentRef:
-        ref = write_segment(store, files, schema=base.manifest.schema, version=base.version + 1)
+        ref = write_segment(store, files, schema=base.manifest.schema, version=base.version + 1,
+                            partitioning=changes.partitioning or base.manifest.partitioning)
         written.append(ref)
         return ref
 

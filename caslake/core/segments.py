@@ -34,6 +34,7 @@ from caslake.core.pools import fetch_all
 from caslake.errors import CorruptMetadata, NotFound
 from caslake.format.keys import new_token, segment_key
 from caslake.format.manifest import DataFile, SegmentRef
+from caslake.format.partition import Partitioning
 from caslake.format.schema import TableSchema
 from caslake.format.segment import (
     SegmentFile,
@@ -130,9 +131,10 @@ def open_segment(store: ObjectStore, ref: SegmentRef, where: str) -> SegmentFile
 
 
 def write_segment(store: ObjectStore, files: Sequence[DataFile], schema: TableSchema,
-                  version: int) -> SegmentRef:
-    """Write ``files`` as a new segment object (create-only) and return its reference."""
-    data, summary = encode_segment(files, schema)
+                  version: int, partitioning: Partitioning | None = None) -> SegmentRef:
+    """Write ``files`` as a new segment object (create-only) and return its reference.
+    ``partitioning``: the table's partition specs (format 5), which the entries' name."""
+    data, summary = encode_segment(files, schema, partitioning)
     key = segment_key(version, new_token())
     put_new(store, key, data)
     CACHE.put((store.uri, key), SegmentFile(data, key))

@@ -28,6 +28,7 @@ from caslake.format import (
     BASE_FORMAT_VERSION,
     FORMAT_VERSION,
     MAX_INT64,
+    PARTITION_FORMAT_VERSION,
     SEGMENTS_FORMAT_VERSION,
 )
 from caslake.format.keys import (
@@ -37,6 +38,14 @@ from caslake.format.keys import (
     TOMBSTONE_PREFIX,
     check_relative_key,
     valid_alias,
+)
+from caslake.format.partition import (
+    FilePartition,
+    PartitionField,
+    Partitioning,
+    PartitionSpec,
+    check_file_partition,
+    check_partitioning,
 )
 from caslake.format.schema import (
     ELEMENT,
@@ -69,6 +78,8 @@ class DataFile:
     footer_size: int  # bytes of footer + 8 (length and magic) at the end of the file
     stats: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)  # field id -> stats
     footer_crc32: int | None = None  # CRC-32 of those footer_size bytes; None: not recorded
+    # Format 5: the file's partition (spec id and values); None: not recorded.
+    partition: FilePartition | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -78,6 +89,8 @@ class DataFile:
         if self.footer_crc32 is not None:
             out["footer_crc32"] = self.footer_crc32
         out["stats"] = {str(k): dict(v) for k, v in sorted(self.stats.items())}
+        if self.partition is not None:
+            out["partition"] = self.partition.to_json()
         return out
 
 
@@ -210,6 +223,8 @@ class Manifest:
     # (ms since the epoch); a commit adding objects whose operation started at or
     # before it is refused.  Carried forward (never lowered); 0: no fence.
     collected_until_ms: int = 0
+    # Format 5: the partition specs (None: the table was never partitioned).
+    partitioning: Partitioning | None = None
 
     def deleted_rows_per_file(self) -> dict[str, int]:
         """Rows the tombstones delete in each data file that has any (one live
@@ -246,6 +261,7 @@ class Manifest:
             "removed": sorted(self.removed),
             "tombstones": [t.to_json() for t in self.tombstones],
             "files": [f.to_json() for f in self.files],
+            **(self.partitioning.to_json() if self.partitioning is not None else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -418,7 +434,15 @@ def _parse_schema(doc: _Doc) -> TableSchema:
     return TableSchema(tuple(fields), schema_id=schema_id, highest_field_id=last)
 
 
-def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
+def _parse_file_partition(doc: _Doc, partitioning: Partitioning | None) -> FilePartition:
+    values = doc.get("values", list)
+    fp = FilePartition(doc.nonneg("spec_id"), tuple(values))
+    _guard(doc, partial(check_file_partition, fp, partitioning))
+    return fp
+
+
+def _parse_data_file(doc: _Doc, schema: TableSchema,
+                     partitioning: Partitioning | None = None) -> DataFile:
     by_id = schema.all_by_id()  # columns, and (format 4) fields inside structs
     stats: dict[int, dict[str, Any]] = {}
     raw_stats = doc.get("stats", dict, optional=True, default={})
@@ -449,13 +473,46 @@ def _parse_data_file(doc: _Doc, schema: TableSchema) -> DataFile:
                     etag=doc.get("etag", str), row_count=doc.nonneg("row_count"),
                     row_group_count=doc.nonneg("row_group_count"), footer_size=footer,
                     footer_crc32=crc,
-                    stats=stats)
+                    stats=stats,
+                    partition=None if "partition" not in doc.obj else _parse_file_partition(
+                        doc.child("partition", doc.get("partition", dict)), partitioning))
 
 
-def parse_data_file(obj: object, schema: TableSchema, *, source: str) -> DataFile:
+def parse_data_file(obj: object, schema: TableSchema, *, source: str,
+                    partitioning: Partitioning | None = None) -> DataFile:
     """Validate one data-file entry (e.g. from a Spark task's commit message);
-    defects are CorruptMetadata naming ``source``."""
-    return _parse_data_file(_Doc(source, obj), schema)
+    defects are CorruptMetadata naming ``source``.  A ``partition`` must name a
+    spec of ``partitioning``."""
+    return _parse_data_file(_Doc(source, obj), schema, partitioning)
+
+
+def parse_partitioning(obj: dict[str, Any], schema: TableSchema, fv: int, *, source: str
+                       ) -> Partitioning | None:
+    """The ``partition_specs``/``default_spec_id``/``last_partition_id`` of a manifest or
+    segment header (None when absent); defects are CorruptMetadata naming ``source``."""
+    return _parse_partitioning(_Doc(source, obj), schema, fv)
+
+
+def _parse_partitioning(doc: _Doc, schema: TableSchema, fv: int) -> Partitioning | None:
+    if "partition_specs" not in doc.obj:
+        return None
+    if fv < PARTITION_FORMAT_VERSION:
+        raise doc.error(f"a format_version {fv} manifest has partition specs "
+                        f"(format {PARTITION_FORMAT_VERSION})")
+    specs = []
+    for i, raw in doc.items("partition_specs"):
+        sdoc = doc.child(f"partition_specs[{i}]", raw)
+        fields = []
+        for j, fraw in sdoc.items("fields"):
+            fdoc = sdoc.child(f"fields[{j}]", fraw)
+            fields.append(PartitionField(fdoc.nonneg("field_id"), fdoc.nonneg("source_id"),
+                                         fdoc.get("name", str), fdoc.get("transform", str)))
+        specs.append(PartitionSpec(sdoc.nonneg("spec_id"), tuple(fields)))
+    if not specs:
+        raise doc.error("partition_specs is empty")
+    p = Partitioning(tuple(specs), doc.nonneg("default_spec_id"), doc.nonneg("last_partition_id"))
+    _guard(doc, partial(check_partitioning, p, schema))
+    return p
 
 
 def parse_table_schema(obj: object, *, source: str) -> TableSchema:
@@ -496,7 +553,8 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
     doc = _Doc(key, _load_json(data, key))
     fv = _check_header(doc, MANIFEST_FORMAT)
     schema = _parse_schema(doc.child("schema", doc.get("schema", dict)))
-    files = tuple(_parse_data_file(doc.child(f"files[{i}]", raw), schema)
+    partitioning = _parse_partitioning(doc, schema, fv)
+    files = tuple(_parse_data_file(doc.child(f"files[{i}]", raw), schema, partitioning)
                   for i, raw in doc.items("files"))
     paths = [f.path for f in files]
     if len(set(paths)) != len(paths):
@@ -575,4 +633,4 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         totals=Totals(t.nonneg("files"), t.nonneg("rows"), t.nonneg("bytes"),
                       t.get("deleted_rows", int, optional=True, default=0)),
         format_version=fv, oldest_version=oldest, external=external,
-        collected_until_ms=collected_until)
+        collected_until_ms=collected_until, partitioning=partitioning)

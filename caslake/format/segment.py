@@ -35,8 +35,14 @@ from typing import Any
 import pyarrow as pa
 
 from caslake.errors import CorruptMetadata, UnsupportedFormatVersion
-from caslake.format import FORMAT_VERSION, SEGMENTS_FORMAT_VERSION
-from caslake.format.manifest import DataFile, parse_data_file, parse_table_schema
+from caslake.format import FORMAT_VERSION, PARTITION_FORMAT_VERSION, SEGMENTS_FORMAT_VERSION
+from caslake.format.manifest import (
+    DataFile,
+    parse_data_file,
+    parse_partitioning,
+    parse_table_schema,
+)
+from caslake.format.partition import Partitioning
 from caslake.format.schema import STRUCT, Field, TableSchema
 
 SEGMENT_FORMAT = "caslake.segment"
@@ -51,6 +57,8 @@ _FIELDS: list[pa.Field[Any]] = [pa.field("path", pa.string()), pa.field("size", 
                       pa.field("footer_size", pa.int64()), pa.field("footer_crc32", pa.int64()),
                       pa.field("stats", pa.string())]
 _COLUMNS = pa.schema(_FIELDS)
+# Format 5: a ninth column, each entry's ``partition`` as compact JSON (NULL: none).
+_PARTITIONED_COLUMNS = pa.schema([*_FIELDS, pa.field("partition", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -153,24 +161,34 @@ def merge_summaries(parts: Sequence[Summary], schema: TableSchema) -> Summary:
                    merge_stats(((p.stats, p.rows) for p in parts), schema))
 
 
-def encode_segment(files: Sequence[DataFile], schema: TableSchema) -> tuple[bytes, Summary]:
-    """The bytes of a segment object holding ``files`` (in order), and its summary."""
+def encode_segment(files: Sequence[DataFile], schema: TableSchema,
+                   partitioning: Partitioning | None = None) -> tuple[bytes, Summary]:
+    """The bytes of a segment object holding ``files`` (in order), and its summary.
+    With ``partitioning`` (the table's specs, format 5) the header carries them and
+    the entries' partitions are a ninth column."""
     blocks = [files[i:i + BLOCK_FILES] for i in range(0, len(files), BLOCK_FILES)]
     sums = [summarize(b, schema) for b in blocks]
     total = merge_summaries(sums, schema)
-    header = {"format": SEGMENT_FORMAT, "format_version": SEGMENTS_FORMAT_VERSION,
+    parted = partitioning is not None
+    header = {"format": SEGMENT_FORMAT,
+              "format_version": PARTITION_FORMAT_VERSION if parted else SEGMENTS_FORMAT_VERSION,
               "schema": schema.to_json(), **total.to_json(),
-              "blocks": [s.to_json() for s in sums]}
-    arrow_schema = _COLUMNS.with_metadata({HEADER_KEY: json.dumps(header, separators=(",", ":"))})
+              "blocks": [s.to_json() for s in sums],
+              **(partitioning.to_json() if partitioning is not None else {})}
+    columns = _PARTITIONED_COLUMNS if parted else _COLUMNS
+    arrow_schema = columns.with_metadata({HEADER_KEY: json.dumps(header, separators=(",", ":"))})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, arrow_schema) as writer:
         for block in blocks:
-            writer.write_batch(pa.record_batch([
+            arrays: list[list[Any]] = [
                 [f.path for f in block], [f.size for f in block], [f.etag for f in block],
                 [f.row_count for f in block], [f.row_group_count for f in block],
                 [f.footer_size for f in block], [f.footer_crc32 for f in block],
-                [json.dumps(stats_to_json(f.stats), separators=(",", ":")) for f in block]],
-                schema=arrow_schema))
+                [json.dumps(stats_to_json(f.stats), separators=(",", ":")) for f in block]]
+            if parted:
+                arrays.append([None if f.partition is None else json.dumps(
+                    f.partition.to_json(), separators=(",", ":")) for f in block])
+            writer.write_batch(pa.record_batch(arrays, schema=arrow_schema))
     return sink.getvalue().to_pybytes(), total
 
 
@@ -224,7 +242,8 @@ class SegmentFile:
             meta = self._reader.schema.metadata or {}
         except (pa.ArrowException, OSError, ValueError) as e:
             raise CorruptMetadata(key, f"not a readable segment object ({e})") from None
-        if not self._reader.schema.remove_metadata().equals(_COLUMNS):
+        columns = self._reader.schema.remove_metadata()
+        if not (columns.equals(_COLUMNS) or columns.equals(_PARTITIONED_COLUMNS)):
             raise CorruptMetadata(key, "segment columns differ from the format")
         try:
             header = json.loads(meta[HEADER_KEY])
@@ -239,6 +258,10 @@ class SegmentFile:
             raise UnsupportedFormatVersion(key, f"format_version {fv} is not supported by "
                                            f"this reader (it reads up to {FORMAT_VERSION})")
         self.schema = parse_table_schema(header.get("schema"), source=key)
+        self.partitioning = parse_partitioning(header, self.schema, fv, source=key)
+        if (self.partitioning is None) != columns.equals(_COLUMNS):
+            raise CorruptMetadata(key, "a segment's partition column and partition specs "
+                                  "come together")
         self.summary = parse_summary(header, "header", key)
         raw_blocks = header.get("blocks")
         if not isinstance(raw_blocks, list):
@@ -273,7 +296,16 @@ class SegmentFile:
             if row["footer_crc32"] is None:
                 del row["footer_crc32"]
             try:
-                files.append(parse_data_file(row, self.schema, source=self.key))
+                if row.get("partition") is not None:
+                    row["partition"] = json.loads(row["partition"])
+                else:
+                    row.pop("partition", None)
+            except ValueError:
+                raise CorruptMetadata(self.key, f"block {i} entry {j}: partition is not JSON"
+                                      ) from None
+            try:
+                files.append(parse_data_file(row, self.schema, source=self.key,
+                                             partitioning=self.partitioning))
             except CorruptMetadata as e:  # named by the segment's key, saying where in it
                 raise CorruptMetadata(self.key, f"block {i} entry {j}: {e.reason}") from None
         try:

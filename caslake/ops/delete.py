@@ -42,6 +42,7 @@ from caslake.core import (
     SnapshotSubset,
     TombstoneCache,
     key_scan_where,
+    partition_covers,
     put_new,
 )
 from caslake.errors import InvalidArgument
@@ -52,6 +53,7 @@ from caslake.expr import (
     Compare,
     Expr,
     Literal,
+    Not,
     compile_where,
 )
 from caslake.format.keys import tombstone_key
@@ -78,6 +80,11 @@ class DeletePlan:
     @property
     def target_paths(self) -> set[str]:
         return set(self.per_file)
+
+    def drop_whole(self, f: DataFile) -> None:
+        """Delete every row of ``f`` (planned without reading it): the file is dropped."""
+        self.per_file[f.path] = BitMap(range(f.row_count))
+        self.tasks[f.path] = (f, None, [], [])
 
     def add(self, task: FileTask, positions: BitMap) -> None:
         """Record ``positions`` (live rows of ``task``'s file that a condition matches)."""
@@ -132,10 +139,37 @@ def plan_delete(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache
                 base: Snapshot, conditions: Sequence[Condition]) -> DeletePlan:
     plan = DeletePlan(base)
     for cond in conditions:
-        scan = condition_scan(io, footers, tombstones, base, cond)
+        source: Snapshot | SnapshotSubset = base
+        whole, rest = whole_partition_files(io, base, cond)
+        if whole:
+            for f in whole:
+                plan.drop_whole(f)
+            source = SnapshotSubset.of(base, rest)
+        scan = condition_scan(io, footers, tombstones, source, cond)
         for task, positions in matching_positions(scan, cond).values():
             plan.add(task, positions)
     return plan
+
+
+def whole_partition_files(io: MetadataIO, base: Snapshot, cond: Condition
+                          ) -> tuple[list[DataFile], list[DataFile]]:
+    """The live files whose partition lies wholly inside a predicate condition (every
+    row matches: dropped unread, docs/protocol.md "Hidden partitioning"), and the
+    others.  Nothing for a key condition or a table without partition specs."""
+    p = base.manifest.partitioning
+    if p is None or not isinstance(cond, PredicateCondition):
+        return [], []
+    where = cond.where
+    negated = compile_where(Not(where) if isinstance(where, Expr) else f"NOT ({where})",
+                            base.manifest.schema.to_arrow())
+    if negated is None:
+        return [], []
+    whole: list[DataFile] = []
+    rest: list[DataFile] = []
+    for f in io.live_files(base):
+        covered = partition_covers(negated, f, p, base.manifest.schema, key=base.key)
+        (whole if covered else rest).append(f)
+    return whole, rest
 
 
 def _simple(e: object) -> tuple[str, str, Any] | None:

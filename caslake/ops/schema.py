@@ -24,6 +24,7 @@ from caslake.core import (
     run_operation,
 )
 from caslake.errors import InvalidArgument, InvalidSchemaChange, SchemaMismatch
+from caslake.format.partition import Partitioning
 from caslake.format.schema import LIST, MAP, STRUCT, Field, TableSchema
 from caslake.format.schema_evolution import (
     AddColumn,
@@ -57,7 +58,8 @@ class SchemaUpdate:
         self._changes: list[SchemaChange] = []
 
     def _queue(self, change: SchemaChange) -> SchemaUpdate:
-        evolve(self._base.manifest.schema, [*self._changes, change])  # fail early
+        new = evolve(self._base.manifest.schema, [*self._changes, change])  # fail early
+        _check_partition_sources(self._base.manifest.partitioning, new, change)
         self._changes.append(change)
         return self
 
@@ -106,6 +108,21 @@ class SchemaUpdate:
         return run_operation(ctx, SCHEMA_OPERATION, prepare,
                              requirements=(SchemaUnchanged(planned, exact=True),),
                              started=started)
+
+
+def _check_partition_sources(partitioning: Partitioning | None, new: TableSchema,
+                             change: SchemaChange) -> None:
+    """A column the default partition spec is computed from cannot be dropped (new
+    files could not be partitioned); ``update_spec`` first."""
+    if partitioning is None:
+        return
+    ids = {f.id for f in new.fields}
+    for pf in partitioning.default.fields:
+        if pf.source_id not in ids:
+            raise InvalidSchemaChange(
+                f"{change.describe()}: the partition field {pf.name!r} is computed from this "
+                "column; change the partition spec (update_spec) first",
+                column=getattr(change, "name", None))
 
 
 def align_input(reader: pa.RecordBatchReader, schema: TableSchema, schema_mode: Any

@@ -20,6 +20,7 @@ import tempfile
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -46,6 +47,7 @@ from caslake.format.parquet import (
     footer_size_from_trailer,
     stats_by_field_id,
 )
+from caslake.format.partition import FilePartition, PartitionSpec, split_by_partition
 from caslake.format.schema import TableSchema
 from caslake.store.base import ObjectStore
 
@@ -174,15 +176,70 @@ class _FileBuilder:
             os.unlink(self.path)
 
 
+# A partitioned write holds each partition's rows until they make a file's worth
+# (assuming ~2x compression) or all partitions together hold this many Arrow bytes;
+# then the biggest partition is written out.
+PARTITION_BUFFER_BYTES = 512 * MiB
+
+
 def write_data_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.RecordBatchReader,
-                     schema: TableSchema, options: WriteOptions) -> list[DataFile]:
+                     schema: TableSchema, options: WriteOptions,
+                     spec: PartitionSpec | None = None) -> list[DataFile]:
     """Write the batches as one or more Parquet files; return their manifest entries.
 
     Each file is built in a local staging file and uploaded create-only when it
     reaches the target size, so memory holds at most one row group of rows.
     If anything fails, files already uploaded stay as unreferenced orphans for
-    GC; they are never visible.
+    GC; they are never visible.  With a partition ``spec`` (that has fields) each
+    file holds the rows of one partition and its entry records the partition
+    (:func:`write_partitioned`).
     """
+    if spec is not None and spec.fields:
+        return write_partitioned(store, data, schema, options, spec)
+    return _write_files(store, data, schema, options)
+
+
+def write_partitioned(store: ObjectStore,
+                      data: Iterable[pa.RecordBatch] | pa.RecordBatchReader,
+                      schema: TableSchema, options: WriteOptions,
+                      spec: PartitionSpec) -> list[DataFile]:
+    """Split the conformed rows by their partition values under ``spec`` and write
+    each partition's rows to files of their own (docs/format.md, "Partitioning").
+    Memory: each partition's pending rows, at most :data:`PARTITION_BUFFER_BYTES`
+    in all (then the biggest is written out, so a partition may get several files)."""
+    arrow_schema = schema.to_arrow()
+    reader = data if isinstance(data, pa.RecordBatchReader) else None
+    conform = SchemaConformer(arrow_schema, reader.schema) if reader is not None else None
+    pending: dict[tuple[Any, ...], list[pa.RecordBatch]] = {}
+    sizes: dict[tuple[Any, ...], int] = {}
+    out: list[DataFile] = []
+    per_file = 2 * options.target_file_size
+
+    def flush(key: tuple[Any, ...]) -> None:
+        batches = pending.pop(key)
+        sizes.pop(key)
+        part = FilePartition(spec.spec_id, key)
+        out.extend(replace(f, partition=part)
+                   for f in _write_files(store, batches, schema, options))
+
+    for batch in (reader if reader is not None else data):
+        if conform is None:
+            conform = SchemaConformer(arrow_schema, batch.schema)
+        for key, rows in split_by_partition(spec, schema, conform(batch)):
+            pending.setdefault(key, []).append(rows)
+            sizes[key] = sizes.get(key, 0) + rows.nbytes
+            if sizes[key] >= per_file:
+                flush(key)
+        while sizes and sum(sizes.values()) > PARTITION_BUFFER_BYTES:
+            flush(max(sizes, key=lambda k: sizes[k]))
+    for key in list(pending):
+        flush(key)
+    return out
+
+
+def _write_files(store: ObjectStore, data: Iterable[pa.RecordBatch] | pa.RecordBatchReader,
+                 schema: TableSchema, options: WriteOptions) -> list[DataFile]:
+    """:func:`write_data_files` without partitioning."""
     arrow_schema = schema.to_arrow()
     stored = file_schema(arrow_schema)
     reader = data if isinstance(data, pa.RecordBatchReader) else None

@@ -2,7 +2,8 @@
 
 Planning prunes at three levels:
 
-1. files, by the manifest's per-file min/max/null counts;
+1. files, by the manifest's per-file min/max/null counts and partition values
+   (:mod:`caslake.core.read.partition_prune`);
 2. row groups, by footer statistics (one exact-size range GET per file,
    checked and cached by :mod:`caslake.core.footers`);
 3. columns: only the column chunks of the projected and predicate columns are
@@ -54,6 +55,7 @@ from caslake.core.metadata_io import MetadataIO, Snapshot
 from caslake.core.pools import METADATA_THREADS, fetch_all, shared_pool, threads
 from caslake.core.read.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.core.read.interop import ArrowExport
+from caslake.core.read.partition_prune import partition_might_match
 from caslake.core.segments import MightMatch
 from caslake.errors import CorruptMetadata, InvalidArgument
 from caslake.expr import (
@@ -72,6 +74,7 @@ from caslake.expr import (
 )
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.parquet import VERIFY_PAGE_CHECKSUMS, FooterInfo, LeafSpan, row_group_stats
+from caslake.format.partition import Partitioning
 from caslake.format.schema import MAP, STRUCT, Field, TableSchema, type_to_str
 from caslake.format.schema_evolution import conform_column, field_ids_of, is_widening
 from caslake.format.segment import Stats
@@ -127,6 +130,7 @@ class SnapshotSubset:
     files: tuple[DataFile, ...]
     tombstones: tuple[TombstoneRef, ...] = ()
     row_groups: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    partitioning: Partitioning | None = None  # the specs the files' partitions name
 
     @staticmethod
     def of(snapshot: Snapshot, files: Iterable[DataFile],
@@ -139,7 +143,7 @@ class SnapshotSubset:
                      for r in snapshot.manifest.tombstones if paths.intersection(r.files))
         groups = {p: frozenset(g) for p, g in (row_groups or {}).items()}
         return SnapshotSubset(snapshot.version, snapshot.key, snapshot.manifest.schema, files,
-                              refs, groups)
+                              refs, groups, snapshot.manifest.partitioning)
 
 
 @dataclass(frozen=True)
@@ -355,7 +359,12 @@ class Scan(ArrowExport):
         if self._bound is None:
             return True
         stats = leaf_stats(f.stats, self._pred_leaves, key=self.source.key, path=f.path)
-        return bool(might_match(self._bound, stats, f.row_count))
+        if not might_match(self._bound, stats, f.row_count):
+            return False
+        src = self.source
+        return partition_might_match(
+            self._bound, f, src.manifest.partitioning if isinstance(src, Snapshot)
+            else src.partitioning, self.table_schema, key=src.key)
 
     def _source(self) -> tuple[list[DataFile], Sequence[TombstoneRef],
                                Mapping[str, frozenset[int]], int, bool]:

@@ -1,0 +1,146 @@
+"""Partition specs on a table: ``update_spec`` (a new default spec, one commit) and
+``overwrite(data, where=...)`` (Delta's replaceWhere: the rows matching a predicate
+replaced by ``data`` in one commit).
+
+Owns the commits; the specs, transforms and values are
+:mod:`caslake.format.partition`'s, the splitting of writes :mod:`caslake.ops.write`'s,
+deletes :mod:`caslake.ops.delete`'s.  docs/protocol.md, "Hidden partitioning".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from caslake.core import (
+    Changes,
+    CommitResult,
+    PredicateCondition,
+    SchemaConformer,
+    Snapshot,
+    TableContext,
+    run_operation,
+)
+from caslake.errors import ConcurrentModification, UserInputError
+from caslake.expr import Expr, compile_where, filter_table
+from caslake.format.manifest import Manifest
+from caslake.format.partition import (
+    PartitionSpec,
+    new_partitioning,
+    parse_partition_by,
+    unpartitioned,
+)
+from caslake.format.schema import TableSchema
+from caslake.ops import refs
+from caslake.ops.delete import check_where
+from caslake.ops.transaction import Transaction
+from caslake.ops.write import as_reader, write_data_files
+
+SPEC_OPERATION = "partition_spec"
+
+
+class RowsOutsideWhere(UserInputError):
+    """``overwrite(data, where=...)`` got rows that the predicate does not match
+    (FALSE or NULL): replacing them would not be a replacement of those rows.
+    ``rows`` counts them, ``first`` is the first one."""
+
+    def __init__(self, message: str, *, rows: int, first: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.rows = rows
+        self.first = first
+
+
+def default_spec(manifest: Manifest) -> PartitionSpec | None:
+    """The spec new files of this version are written with (None: unpartitioned)."""
+    p = manifest.partitioning
+    return None if p is None or not p.default.fields else p.default
+
+
+@dataclass(frozen=True)
+class SpecUnchanged:
+    """The requirement of ``update_spec``: the base's default spec is the one planned
+    against (a concurrent spec change is ConcurrentModification)."""
+
+    spec_id: int
+
+    def validate(self, base: Snapshot, io: Any) -> None:
+        p = base.manifest.partitioning
+        if (p.default_spec_id if p is not None else -1) != self.spec_id:
+            raise ConcurrentModification(
+                "the table's partition spec changed concurrently; plan the change again")
+
+
+def update_spec(ctx: TableContext, partition_by: object) -> CommitResult:
+    """One ``partition_spec`` commit making ``partition_by`` the default spec; files
+    written before keep their spec.  Bad items are InvalidPartitionSpec."""
+    started = ctx.meter()
+    base = ctx.refresh()
+    schema = base.manifest.schema
+    fields = parse_partition_by(partition_by, schema)
+    current = base.manifest.partitioning
+    planned_id = current.default_spec_id if current is not None else -1
+    new = (current or unpartitioned()).evolve(fields, schema)
+    refs.ensure_format(ctx.io)  # readers must match columns by field id
+
+    def prepare(b: Snapshot) -> Changes:
+        return Changes(SPEC_OPERATION, partitioning=new,
+                       params={"spec_id": str(new.default_spec_id),
+                               "partition_by": ", ".join(new.default.describe(schema))})
+
+    return run_operation(ctx, SPEC_OPERATION, prepare,
+                         requirements=(SpecUnchanged(planned_id),), started=started)
+
+
+def create_partitioning(partition_by: object, schema: TableSchema) -> Any:
+    """The partitioning of a table created with ``partition_by`` (None for none)."""
+    if partition_by is None:
+        return None
+    return new_partitioning(parse_partition_by(partition_by, schema), schema)
+
+
+def check_inside(data: pa.Table, where: str | Expr, schema: pa.Schema) -> None:
+    """Every row of ``data`` satisfies ``where`` (TRUE), else RowsOutsideWhere."""
+    bound = compile_where(where, schema)
+    if bound is None or data.num_rows == 0:
+        return
+    numbered = data.append_column(_ROW, pa.array(np.arange(data.num_rows), pa.int64()))
+    kept = filter_table(numbered, bound).column(_ROW).to_numpy()
+    bad = data.num_rows - len(kept)
+    if bad:
+        missing = np.setdiff1d(np.arange(data.num_rows), kept, assume_unique=True)
+        first = data.slice(int(missing[0]), 1).to_pylist()[0]
+        raise RowsOutsideWhere(
+            f"overwrite(where={str(where)!r}): {bad} row(s) of the data do not match the "
+            f"where predicate (it is FALSE or NULL for them), e.g. {first!r}; only rows the "
+            "predicate matches can replace the rows it matches", rows=bad, first=first)
+
+
+_ROW = "__caslake_row__"
+
+
+def overwrite_where(ctx: TableContext, data: Any, where: object, *,
+                    params: dict[str, str] | None = None) -> CommitResult:
+    """Replace the live rows matching ``where`` by ``data`` in one ``overwrite`` commit
+    (a delete of the matching rows, with delete's rebase rules, and an append)."""
+    where = check_where(where)
+    snap = ctx.refresh()
+    schema = snap.manifest.schema
+    arrow_schema = schema.to_arrow()
+    table = as_reader(data, arrow_schema).read_all()
+    conformed = pa.Table.from_batches(
+        [SchemaConformer(arrow_schema, table.schema)(b) for b in table.to_batches()],
+        schema=arrow_schema)
+    check_inside(conformed, where, arrow_schema)
+    tx = Transaction(ctx)
+    files = write_data_files(ctx.store, conformed.to_reader(), schema, ctx.write_options,
+                             spec=default_spec(snap.manifest))
+    tx.stage("overwrite", files=files, conditions=(PredicateCondition(where),),
+             params={"where": str(where), **(params or {})})
+    return tx.commit()
+
+
+__all__ = ["RowsOutsideWhere", "create_partitioning", "default_spec", "overwrite_where",
+           "update_spec"]
