@@ -20,6 +20,9 @@ else -- it never reads files, storage or table metadata:
    prune -- :func:`pruning_paths` lists the statistics a predicate reads;
    everything else is evaluated after reading).
 
+A scalar value (an UPDATE's ``SET``) goes the same way: :func:`parse_sql_value`
+or the Python API, :func:`bind_value`, and :func:`evaluate_value` on a table.
+
 :func:`compile_where` does 1-2 for whatever a caller passed as ``where``.
 Every bad predicate raises :class:`~caslake.errors.InvalidPredicate` or one of
 its subclasses (``UnknownColumn``, ``AmbiguousColumn``, ``UnknownFunction``,
@@ -34,8 +37,21 @@ import functools
 import pyarrow as pa
 
 from caslake.errors import InvalidPredicate, UnknownField
-from caslake.expr.arrow import filter_table, is_computed, predicate_mask, to_arrow
-from caslake.expr.bind import BoundExpr, bind, path_type, resolve_column, stats_key
+from caslake.expr.arrow import (
+    evaluate_value,
+    filter_table,
+    is_computed,
+    predicate_mask,
+    to_arrow,
+)
+from caslake.expr.bind import (
+    BoundExpr,
+    bind,
+    bind_value,
+    path_type,
+    resolve_column,
+    stats_key,
+)
 from caslake.expr.nodes import (
     FALSE,
     TRUE,
@@ -63,7 +79,7 @@ from caslake.expr.nodes import (
     referenced_columns,
 )
 from caslake.expr.prune import ColumnStats, StatsKey, might_match, pruning_paths
-from caslake.expr.sql import parse_sql
+from caslake.expr.sql import parse_sql, parse_sql_value
 
 __all__ = [
     "FALSE",
@@ -91,14 +107,17 @@ __all__ = [
     "UnknownField",
     "Value",
     "bind",
+    "bind_value",
     "col",
     "compile_where",
+    "evaluate_value",
     "filter_table",
     "func",
     "is_computed",
     "lit",
     "might_match",
     "parse_sql",
+    "parse_sql_value",
     "path_type",
     "predicate_mask",
     "pruning_paths",

@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from caslake.errors import InvalidPredicate, PredicateEvaluationError
-from caslake.expr.bind import BoundExpr, is_float_type
+from caslake.expr.bind import BoundExpr, bind_value, is_float_type
 from caslake.expr.functions import (
     ValueBuilder,
     arrow_like_pattern,
@@ -254,3 +254,18 @@ def filter_table(table: pa.Table, bound: BoundExpr) -> pa.Table:
         return table.filter(to_arrow(bound))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise _evaluation_error(bound, exc) from None
+
+
+def evaluate_value(value: Value, table: pa.Table) -> tuple[Any, pa.DataType]:
+    """A scalar value computed on every row of ``table``: an array (or, for a
+    constant, an Arrow scalar) and its type.  Binding errors as
+    :func:`~caslake.expr.bind.bind`; a kernel failing on the data (an overflow)
+    is PredicateEvaluationError.  NULL is a scalar of type ``null``."""
+    if isinstance(value, Literal) and value.value is None:
+        return pa.scalar(None, pa.null()), pa.null()
+    resolved, _ = bind_value(value, table.schema)
+    try:
+        return ValueBuilder(table.schema, for_filter=True, table=table).build(resolved)
+    except pa.ArrowException as exc:
+        raise PredicateEvaluationError(
+            f"computing {value} failed: {str(exc).splitlines()[0][:160]}") from None

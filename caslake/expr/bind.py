@@ -976,3 +976,15 @@ def bind(expr: Expr, schema: pa.Schema) -> BoundExpr:
     except RecursionError:
         raise InvalidPredicate("the predicate is nested too deeply to evaluate") from None
     return BoundExpr(bound, schema, expr)
+
+
+def bind_value(value: Value, schema: pa.Schema) -> tuple[Value, pa.DataType]:
+    """A scalar value (not a predicate: what an UPDATE's ``SET`` takes) checked
+    against ``schema``: columns renamed to their schema names, and its Arrow type.
+    Errors as :func:`bind`."""
+    if not isinstance(value, Value):
+        raise InvalidPredicate(f"a value must be a caslake.expr value, got {type(value).__name__}")
+    try:
+        return _Binder(schema).bind_value(value)
+    except RecursionError:
+        raise InvalidPredicate("the value is nested too deeply to evaluate") from None

@@ -81,7 +81,7 @@ from caslake.expr.nodes import (
     Value,
 )
 
-__all__ = ["MAX_NESTING", "parse_sql"]
+__all__ = ["MAX_NESTING", "parse_sql", "parse_sql_value"]
 
 #: Deepest nesting accepted; deeper input is rejected (it is never
 #: hand-written and would otherwise exhaust the Python stack).
@@ -427,8 +427,9 @@ class _Translator:
         return Func(name, tuple(args))
 
 
-@lru_cache(maxsize=512)
-def _parse_cached(text: str) -> Expr:
+def _tree(text: str) -> exp.Expression:
+    """The one sqlglot tree of ``text`` (syntax errors, statements and a trailing
+    word refused as a predicate's are)."""
     if not text.strip():
         raise _syntax_error(text, len(text), "the predicate is empty")
     try:
@@ -454,12 +455,31 @@ def _parse_cached(text: str) -> Expr:
                             f"unexpected {extra!r} after the predicate (a missing AND or OR?)")
     if isinstance(tree, (exp.Query, exp.Command, exp.DDL, exp.DML)):
         raise _unsupported(trees[0])  # type: ignore[arg-type]
+    return tree
+
+
+@lru_cache(maxsize=512)
+def _parse_cached(text: str, as_value: bool = False) -> Expr | Value:
+    tree = _tree(text)
     try:
-        return _Translator().predicate(tree)
+        return _Translator().value(tree) if as_value else _Translator().predicate(tree)
     except RecursionError:
         raise InvalidPredicate(
             f"the predicate is nested more than {MAX_NESTING} deep"
         ) from None
+
+
+def parse_sql_value(text: str) -> Value:
+    """Parse SQL value text (``amount * 1.1``, ``'closed'``, ``NULL``,
+    ``upper(status)``) into an unbound :class:`Value`: what an UPDATE's ``SET``
+    and a MERGE's values take.  Errors as :func:`parse_sql`."""
+    if not isinstance(text, str):
+        raise InvalidPredicate(f"a SQL value must be a string, got {type(text).__name__}")
+    if len(text) > _MAX_TEXT:
+        raise InvalidPredicate(f"the value is longer than {_MAX_TEXT} characters")
+    value = _parse_cached(text, True)
+    assert isinstance(value, Value)
+    return value
 
 
 def parse_sql(text: str) -> Expr:
@@ -472,7 +492,9 @@ def parse_sql(text: str) -> Expr:
         raise InvalidPredicate(f"a where predicate must be a string, got {type(text).__name__}")
     if len(text) > _MAX_TEXT:
         raise InvalidPredicate(f"the predicate is longer than {_MAX_TEXT} characters")
-    return _parse_cached(text)
+    expr = _parse_cached(text)
+    assert isinstance(expr, Expr)
+    return expr
 
 
 

@@ -6,10 +6,10 @@ Owns resolving a range of versions (inclusive at both ends, as Delta's
 ``VersionExpired``), the difference of two neighbouring versions found from
 their metadata (:func:`diff_versions`: data files one has and the other does
 not, files whose tombstones differ), reading the changed rows back from the
-data files (:class:`ChangeScan`), pairing an upsert's deletes and inserts by key
-into preimages and postimages, and :func:`follow`, which polls a ref and yields
-the feed of each version as it lands.  Never writes: the feed needs nothing
-stored at commit time.
+data files (:class:`ChangeScan`), pairing an upsert's (or MERGE's) deletes and
+inserts by key into preimages and postimages, and an update's by position, and
+:func:`follow`, which polls a ref and yields the feed of each version as it lands.
+Never writes: the feed needs nothing stored at commit time.
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ TIMESTAMP = pa.timestamp("ms", tz="UTC")
 NO_DATA_CHANGE = frozenset({"compact", "expire", "set_properties", "schema"})
 PURGE = "purge"
 RESTORE = "restore"
-KEY_PARAM = "key"  # an upsert's key columns, in its operation_params
+KEY_PARAM = "key"  # an upsert's (or a MERGE's) key columns, in its operation_params
+# An update's rows pair by position: operation_params ``pair = position``.
+PAIR_PARAM, PAIR_BY_POSITION = "pair", "position"
 
 TagResolver = Callable[[str], Snapshot]
 
@@ -423,6 +425,9 @@ class ChangeScan(ArrowExport):
                 yield self._finish(_null_rows(erased), DELETE, new)
             return
         diff = diff_versions(self._reader.io, old, new)
+        if old is not None and new.manifest.operation_params.get(PAIR_PARAM) == PAIR_BY_POSITION:
+            yield from self._by_position(old, new, diff)
+            return
         keys = _key_names(new, self._reader.schema)
         if op == RESTORE or keys is not None:
             yield from self._whole(old, new, diff, keys)
@@ -451,21 +456,7 @@ class ChangeScan(ArrowExport):
         """A commit whose rows are decided together: an upsert's pairs by key, a
         restore's rows both versions show cancelled.  Read whole (no pushdown)."""
         cols = self._reader.schema.names if keys is None else self._read_columns(keys)
-        arrow = self._reader.schema.to_arrow()
-        read = pa.schema([arrow.field(c) for c in cols])
-        deletes: list[pa.Table] = []
-        inserts: list[pa.Table] = []
-        for f in diff.removed:
-            assert old is not None
-            deletes.extend(self._reader.live_rows(old, f, cols, None))
-        for f in diff.changed:
-            assert old is not None
-            gone, back = self._reader.position_diff(old, new, f, cols, None)
-            deletes.extend([gone] if gone is not None else [])
-            inserts.extend([back] if back is not None else [])
-        for f in diff.added:
-            inserts.extend(self._reader.live_rows(new, f, cols, None))
-        d, i = _concat(deletes, read), _concat(inserts, read)
+        d, i = self._sides(old, new, diff, cols, by_path=False)
         if keys is None:
             d, i = _cancel(d, i)
             parts = [(DELETE, d), (INSERT, i)]
@@ -473,6 +464,41 @@ class ChangeScan(ArrowExport):
             parts = _pair(d, i, keys)
         order = {DELETE: 0, PREIMAGE: 1, INSERT: 2, POSTIMAGE: 3}
         for kind, rows in sorted(parts, key=lambda p: order[p[0]]):
+            if rows.num_rows:
+                yield self._finish(rows, kind, new)
+
+    def _sides(self, old: Snapshot | None, new: Snapshot, diff: VersionDiff,
+               cols: list[str], *, by_path: bool) -> tuple[pa.Table, pa.Table]:
+        """Every row ``new`` hides that ``old`` showed, and every row it shows that
+        ``old`` did not, read whole (no pushdown).  ``by_path``: the hidden rows in
+        (file path, position) order, else removed files first."""
+        read = pa.schema([self._reader.schema.to_arrow().field(c) for c in cols])
+        removed = {f.path for f in diff.removed}
+        files = [*diff.removed, *diff.changed]
+        deletes: list[pa.Table] = []
+        inserts: list[pa.Table] = []
+        for f in sorted(files, key=lambda f: f.path) if by_path else files:
+            assert old is not None
+            if f.path in removed:
+                deletes.extend(self._reader.live_rows(old, f, cols, None))
+                continue
+            gone, back = self._reader.position_diff(old, new, f, cols, None)
+            deletes.extend([gone] if gone is not None else [])
+            inserts.extend([back] if back is not None else [])
+        for f in diff.added:
+            inserts.extend(self._reader.live_rows(new, f, cols, None))
+        return _concat(deletes, read), _concat(inserts, read)
+
+    def _by_position(self, old: Snapshot, new: Snapshot, diff: VersionDiff
+                     ) -> Iterator[pa.Table]:
+        """An update's rows: what it hid, in (file path, position) order, are the
+        preimages, and what it added, in the order written, the postimages; the
+        ``i``-th of each are one row (docs/protocol.md, "Update").  Read whole (no
+        pushdown: a pair's sides are filtered after pairing)."""
+        d, i = self._sides(old, new, diff, self._read_columns(), by_path=True)
+        paired = d.num_rows == i.num_rows
+        for kind, rows in ((PREIMAGE if paired else DELETE, d),
+                           (POSTIMAGE if paired else INSERT, i)):
             if rows.num_rows:
                 yield self._finish(rows, kind, new)
 

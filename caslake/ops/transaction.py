@@ -1,4 +1,6 @@
-"""Transactions: several appends, deletes and upserts committed as one version.
+"""Transactions: several appends, deletes and upserts committed as one version;
+and :func:`commit_rewrite`, the commit of an UPDATE or a MERGE (rows hidden by one
+tombstone, their new values and inserted rows appended, planned from the base).
 
 Appended data is written to data files as soon as ``append``/``upsert`` is
 called; deletes are planned when the transaction commits, against the table's
@@ -12,7 +14,8 @@ a row another commit deleted, never deleting a row twice).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -208,3 +211,59 @@ class Transaction:
             self.commit()
         else:
             self.abort()
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What an UPDATE or MERGE planned on a base version: the live rows it hides
+    (``plan``, positions per file, as a delete's) and the rows it appends (in the
+    table's schema, in the order they are to be written)."""
+
+    plan: DeletePlan
+    rows: pa.Table
+
+    @property
+    def empty(self) -> bool:
+        return not self.plan.per_file and not self.rows.num_rows
+
+
+def commit_rewrite(ctx: TableContext, operation: str, plan: Callable[[Snapshot], Rewrite], *,
+                   params: Mapping[str, str], requirements: Sequence[Requirement] = ()
+                   ) -> CommitResult:
+    """Commit ``plan(base)`` as one version: one tombstone and the new data files
+    (docs/protocol.md, "Update" and "Merge").  On a lost race the same objects are
+    committed on the new base when no commit since removed or tombstoned a file
+    whose rows it hides and the schema is the same; otherwise ``plan`` runs again
+    on the new base (the earlier attempt's uploads are orphans for gc).  A plan
+    that changes nothing commits nothing (``noop``)."""
+    io = ctx.io
+    started = ctx.meter()
+    commit_id = new_token()
+    state: dict[str, Any] = {}
+
+    def planned_on(base: Snapshot) -> None:
+        rewrite = plan(base)  # typed errors of the values raise before any upload
+        files: tuple[DataFile, ...] = ()
+        refs: tuple[TombstoneRef, ...] = ()
+        dropped: tuple[DataFile, ...] = ()
+        hidden = 0
+        if not rewrite.empty:
+            if rewrite.rows.num_rows:
+                files = tuple(write_data_files(ctx.store, rewrite.rows.to_reader(),
+                                               base.manifest.schema, ctx.write_options))
+            refs, dropped, hidden = write_delete(io, rewrite.plan, commit_id=commit_id,
+                                                 conditions=())
+        state.update(rewrite=rewrite, files=files, refs=refs, dropped=dropped, hidden=hidden)
+
+    def prepare(base: Snapshot) -> Changes | None:
+        rewrite: Rewrite | None = state.get("rewrite")
+        if rewrite is None or rewrite.plan.base.manifest.schema != base.manifest.schema or \
+                not FilesUntouchedSince(rewrite.plan.base, frozenset(
+                    rewrite.plan.target_paths | {f.path for f in state["dropped"]}),
+                    operation).holds(base, io):
+            planned_on(base)
+        return changes_for(operation, state["refs"], state["dropped"], state["files"],
+                           dict(params), state["hidden"])
+
+    return run_operation(ctx, operation, prepare, requirements=requirements,
+                         started=started, commit_id=commit_id)

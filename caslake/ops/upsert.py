@@ -1,4 +1,12 @@
-"""Duplicate keys in an upsert's input.
+"""Duplicate keys in an upsert's input; the upsert as a case of MERGE.
+
+``upsert(data, key)`` is ``merge(data, on=key).when_matched_update_all()
+.when_not_matched_insert_all()`` (:mod:`caslake.ops.merge`) on a table holding
+each key at most once: both hide the matched rows and add every input row.  It
+keeps its own path (deletes planned at commit time, staged in a transaction,
+used by Spark's executors), and its contract differs in two ways: a key the table
+holds several times is replaced by one row, and a key twice in the input is
+refused even when it matches nothing (docs/protocol.md, "Merge").
 
 An upsert replaces the table's rows with the input's row for each key, so two
 input rows with one key have no single meaning.  By default that is a
@@ -23,11 +31,12 @@ _ROW = "__caslake_row"
 
 
 def duplicate_key(key: dict[str, object], count: int, keys_duplicated: int | None,
-                  remedy: str) -> DuplicateKey:
-    """The error for an upsert input holding ``key`` ``count`` times."""
+                  remedy: str, *, subject: str = "the upsert's data has key") -> DuplicateKey:
+    """The error for an upsert input holding ``key`` ``count`` times (and, with
+    ``subject``, for a MERGE whose source matches one target row ``count`` times)."""
     shown = ", ".join(f"{k}={v!r}" for k, v in key.items())
     in_all = f" ({keys_duplicated} duplicated key(s) in all)" if keys_duplicated else ""
-    return DuplicateKey(f"the upsert's data has key ({shown}) {count} times{in_all}; make "
+    return DuplicateKey(f"{subject} ({shown}) {count} times{in_all}; make "
                         f"the keys unique or {remedy}", key=key, count=count)
 
 

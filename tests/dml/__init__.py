@@ -1,0 +1,1 @@
+"""UPDATE and conditional MERGE (issue 31): against DuckDB, models, crashes."""
