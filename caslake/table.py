@@ -58,7 +58,7 @@ from caslake.errors import (
     TableNotFound,
 )
 from caslake.expr import Expr
-from caslake.format import BASE_FORMAT_VERSION, TYPES_FORMAT_VERSION
+from caslake.format import BASE_FORMAT_VERSION, PARTITION_FORMAT_VERSION, TYPES_FORMAT_VERSION
 from caslake.format.keys import POINTER_KEY, manifest_key, new_token
 from caslake.format.manifest import Manifest, Pointer, format_ts
 from caslake.format.properties import retention_policy
@@ -66,6 +66,12 @@ from caslake.format.refs import BRANCH_PREFIX, MAIN, branch_key, name_from_key, 
 from caslake.format.schema import TableSchema
 from caslake.ops import refs
 from caslake.ops.clone import with_externals
+from caslake.ops.partition import (
+    create_partitioning,
+    default_spec,
+    overwrite_where,
+    update_spec,
+)
 from caslake.ops.schema import SchemaUpdate, align_input, with_schema
 from caslake.ops.transaction import Transaction
 from caslake.ops.write import write_data_files
@@ -149,10 +155,13 @@ class Table(ArrowExport):
     def create(cls, uri: str, schema: pa.Schema, *,
                storage_options: StorageOptions | None = None,
                properties: dict[str, str] | None = None,
-               write_options: WriteOptions | None = None) -> Self:
-        """Create an empty table (version 0).  Raises TableAlreadyExists."""
+               write_options: WriteOptions | None = None,
+               partition_by: Sequence[str] | None = None) -> Self:
+        """Create an empty table (version 0).  Raises TableAlreadyExists.
+        ``partition_by``: a partition spec (see :func:`create_table`)."""
         store = open_store(uri, storage_options)
-        return cls(store, _create(store, schema, properties), write_options=write_options)
+        return cls(store, _create(store, schema, properties, partition_by=partition_by),
+                   write_options=write_options)
 
     def _handle_for(self, pointer_key: str, snapshot: Snapshot) -> Self:
         return type(self)(self.store, snapshot, write_options=self.write_options,
@@ -298,13 +307,29 @@ class Table(ArrowExport):
         type)``, ``.make_nullable(name)``, then ``.commit()``."""
         return SchemaUpdate(self.context)
 
-    def overwrite(self, data: Any, *, txn: tuple[str, int] | None = None,
+    def overwrite(self, data: Any, *, where: str | Expr | None = None,
+                  txn: tuple[str, int] | None = None,
                   params: dict[str, str] | None = None) -> CommitResult:
         """Replace every row with ``data`` in one version.
 
         Conflicts (``ConcurrentModification``) with any commit that lands between
-        planning and committing, so concurrent rows are never silently dropped."""
+        planning and committing, so concurrent rows are never silently dropped.
+
+        With ``where`` (Delta's replaceWhere) only the live rows matching it are
+        replaced, in one commit that deletes them (a file whose partition lies wholly
+        inside ``where`` is dropped unread) and adds ``data``; every row of ``data``
+        must match ``where``, else ``RowsOutsideWhere`` and nothing is written."""
+        if where is not None:
+            if txn is not None:
+                raise InvalidArgument("overwrite(where=...) does not take txn")
+            return overwrite_where(self.context, data, where, params=params)
         return self._write("overwrite", data, remove_all=True, txn=txn, params=params)
+
+    def update_spec(self, partition_by: Sequence[str]) -> CommitResult:
+        """Make ``partition_by`` (``["day(ts)", "bucket(16, id)"]``; ``[]``: none) the
+        partition spec new files are written with, in one ``partition_spec`` commit.
+        Files written before keep their spec and still prune by it."""
+        return update_spec(self.context, partition_by)
 
     def _write(self, operation: str, data: Any, *, remove_all: bool,
                txn: tuple[str, int] | None, params: dict[str, str] | None,
@@ -320,7 +345,8 @@ class Table(ArrowExport):
         reader, merged = align_input(as_reader(data, schema.to_arrow()), schema, schema_mode)
         if merged is not None:
             refs.ensure_format(ctx.io)  # a schema change: format 2
-        files = write_data_files(self.store, reader, merged or schema, self.write_options)
+        files = write_data_files(self.store, reader, merged or schema, self.write_options,
+                                 spec=default_spec(start.manifest))
         if not files and not remove_all and merged is None:
             return noop_result(ctx, operation, start, started=started, commit_id="")
         prepare = write_prepare(operation, files, remove_all=remove_all, txn=txn,
@@ -650,21 +676,26 @@ class Table(ArrowExport):
 
 
 def _create(store: ObjectStore, schema: pa.Schema, properties: dict[str, str] | None,
-            pointer_key: str = POINTER_KEY) -> Snapshot:
+            pointer_key: str = POINTER_KEY, *,
+            partition_by: Sequence[str] | None = None) -> Snapshot:
     """Write version 0 and create the pointer.  Raises TableAlreadyExists, or
     CommitOutcomeUnknown if the pointer write's outcome cannot be read back."""
     if not isinstance(schema, pa.Schema):
         raise InvalidArgument(f"schema must be a pyarrow.Schema, not {type(schema).__name__}")
     table_schema = TableSchema.from_arrow(schema)
+    partitioning = create_partitioning(partition_by, table_schema)  # bad items: nothing written
     if store.exists(pointer_key):
         raise TableAlreadyExists(f"a table already exists at {store.uri}")
     commit_id, token = new_token(), new_token()
     # Nested fields or a newer type: format 4 (docs/format.md, "Format version rule").
     fv = TYPES_FORMAT_VERSION if table_schema.needs_v4 else BASE_FORMAT_VERSION
+    if partitioning is not None:  # a partition spec: format 5
+        fv = PARTITION_FORMAT_VERSION
     manifest = Manifest(table_id=new_token(), version=0, parent=None, commit_id=commit_id,
                         created_at_ms=int(time.time() * 1000), operation="create",
                         schema=table_schema, properties=dict(properties or {}),
-                        summary=complete_summary({}), format_version=fv)
+                        summary=complete_summary({}), format_version=fv,
+                        partitioning=partitioning)
     key = manifest_key(0, token)
     put_new(store, key, manifest.to_bytes())
     pointer = Pointer(manifest.table_id, 0, key, commit_id, format_version=fv)
@@ -680,8 +711,15 @@ def _create(store: ObjectStore, schema: pa.Schema, properties: dict[str, str] | 
 
 def create_table(uri: str, schema: pa.Schema, *, storage_options: StorageOptions | None = None,
                  properties: dict[str, str] | None = None,
-                 write_options: WriteOptions | None = None) -> Table:
+                 write_options: WriteOptions | None = None,
+                 partition_by: Sequence[str] | None = None) -> Table:
     """Create an empty table (version 0).  Raises TableAlreadyExists.
+
+    ``partition_by`` is a partition spec, Iceberg's hidden partitioning:
+    ``["day(ts)", "bucket(16, user_id)", "region"]`` (transforms identity, year,
+    month, day, hour, bucket(N, col), truncate(W, col)); every data file then holds
+    one partition and scans skip files by predicates on the source columns.  Bad
+    items are InvalidPartitionSpec; the table is format version 5.
 
     ``schema`` may nest lists, structs and maps to any depth, and use the newer
     primitives (time32/64, date64, decimal32/64/256, float16, uuid,
@@ -692,7 +730,7 @@ def create_table(uri: str, schema: pa.Schema, *, storage_options: StorageOptions
     projects a nested field keeping the struct shape.  A schema using any of
     these makes the table format version 4."""
     return Table.create(uri, schema, storage_options=storage_options, properties=properties,
-                        write_options=write_options)
+                        write_options=write_options, partition_by=partition_by)
 
 
 def clone(source_uri: str, target_uri: str, *, version: int | None = None,
