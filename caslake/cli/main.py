@@ -133,8 +133,9 @@ def _check_input(args: argparse.Namespace, schema: pa.Schema | None,
 def _parse_schema_arg(text: str) -> pa.Schema:
     """``--schema 'id:int64,tags:list<string>,dev:struct<os:string,v:int32>,
     attrs:map<string,int64>'``: columns split on the commas outside ``[...]``,
-    ``(...)`` and ``<...>``; nested types as caslake.format.type_text reads them."""
-    from caslake.format.schema import type_from_str
+    ``(...)`` and ``<...>``; each ``name:type`` or ``name type`` (SQL DDL:
+    ``id bigint, price decimal(7,2), tags array<string>``); types as
+    caslake.format.type_text reads them (Arrow, DuckDB and Spark names)."""
     from caslake.format.type_text import parse_type
 
     parts: list[str] = []
@@ -148,18 +149,31 @@ def _parse_schema_arg(text: str) -> pa.Schema:
     parts.append(text[start:])
     fields = []
     for part in parts:
-        if ":" not in part:
-            raise InvalidArgument(f"schema entry {part!r} must look like name:type")
-        name, typ = (s.strip() for s in part.split(":", 1))
-        if "<" in typ:
-            fields.append(pa.field(name, parse_type(typ, name)))
-            continue
-        try:
-            fields.append(pa.field(name, type_from_str(typ)))
-        except ValueError:
-            raise InvalidArgument(f"unknown type {typ!r} for column {name!r} (nested types: "
-                                  "list<T>, struct<name:T,...>, map<K,V>)") from None
+        name, typ = _schema_entry(part)
+        typ, required = _NOT_NULL.subn("", typ)
+        fields.append(pa.field(name, parse_type(typ.strip(), name), nullable=not required))
     return pa.schema(fields)
+
+
+def _schema_entry(part: str) -> tuple[str, str]:
+    """``name:type``, ``name type`` or ``"quoted name" type``: the name and the type."""
+    from caslake.format.type_text import sql_unquote
+
+    if part.strip().startswith('"'):
+        name, typ = sql_unquote(part)
+        typ = typ.strip().removeprefix(":")
+    else:
+        m = _SCHEMA_ENTRY.match(part)
+        name, typ = (m.group(1), m.group(2)) if m else ("", "")
+    if not name or not typ.strip():
+        raise InvalidArgument(f"schema entry {part!r} must look like name:type "
+                              "(or 'name type')")
+    return name, typ.strip()
+
+
+# ``name:type`` or ``name type``: the name ends at the first colon or space
+_SCHEMA_ENTRY = re.compile(r"^\s*([^\s:]+)\s*(?::|\s)\s*(\S.*)$", re.S)
+_NOT_NULL = re.compile(r"\s+not\s+null\s*$", re.I)
 
 
 def _append(table: Table, reader: pa.RecordBatchReader, args: argparse.Namespace,
@@ -570,16 +584,30 @@ def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
                         "operation": m.operation,
                         "changes": m.operation_params.get("changes", ""),
                         "last_field_id": m.schema.last_field_id,
-                        "fields": [f.to_json() for f in m.schema.fields]})
+                        "fields": [f.to_json() for f in m.schema.fields],
+                        **_schema_both_ways(m.schema.to_arrow())})
     if args.json:
         _emit_json(history, out)
         return 0
+    if history:  # the current schema both ways, then its history (the last line)
+        out.write(f"arrow: {history[-1]['arrow']}\nsql:   {history[-1]['sql']}\n")
     for h in history:
         cols = ", ".join(_field_text(f, ids=True) for f in h["fields"])
         what = h["changes"] or h["operation"]
         out.write(f"schema {h['schema_id']} (since version {h['since_version']}, {what}): "
                   f"{cols}\n")
     return 0
+
+
+def _schema_both_ways(schema: pa.Schema) -> dict[str, str]:
+    """A schema as ``--schema`` takes it in Arrow names (``id:int64,tags:list<string>``)
+    and as DuckDB DDL (``id BIGINT NOT NULL, tags VARCHAR[]``), which ``--schema``
+    also takes."""
+    from caslake.format.type_text import sql_name, sql_text, type_text
+
+    return {"arrow": ",".join(f"{f.name}:{type_text(f.type)}" for f in schema),
+            "sql": ", ".join(f"{sql_name(f.name)} {sql_text(f.type)}"
+                             + ("" if f.nullable else " NOT NULL") for f in schema)}
 
 
 def _field_text(f: dict[str, Any], *, ids: bool) -> str:

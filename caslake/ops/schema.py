@@ -66,8 +66,11 @@ class SchemaUpdate:
     def add_column(self, name: str, type: str | pa.DataType) -> SchemaUpdate:
         """A new optional column, or a new optional field of a struct when ``name`` is
         a dotted path (``device.os``, ``items.element.price``); rows written before
-        read as NULL.  ``type``: a type string (``int64``, ``list<string>``,
-        ``struct<os:string,v:int32>``, ``map<string,int64>``) or a pyarrow type."""
+        read as NULL.  ``type``: a type string in Arrow names (``int64``,
+        ``list<string>``, ``struct<os:string,v:int32>``, ``map<string,int64>``) or
+        DuckDB / Spark DDL (``bigint``, ``decimal(7,2)``, ``varchar``, ``timestamptz``,
+        ``array<struct<a:int>>``, ``integer[]``), or a pyarrow type; an unknown name is
+        an InvalidSchemaChange listing the valid ones (caslake.format.type_text)."""
         return self._queue(AddColumn(name, type))
 
     def rename_column(self, old: str, new: str) -> SchemaUpdate:
