@@ -56,6 +56,17 @@ class UnsupportedType(InvalidArgument):
         self.type = type
 
 
+class InvalidPartitionSpec(InvalidArgument):
+    """A ``partition_by`` item that cannot be a partition field: an unknown transform,
+    ``bucket(0)``, a column the schema lacks, a transform the column's type does not
+    fit.  ``item`` is the item as given, ``column`` the column it names (if any)."""
+
+    def __init__(self, message: str, *, item: str = "", column: str | None = None) -> None:
+        super().__init__(message)
+        self.item = item
+        self.column = column
+
+
 class SchemaMismatch(UserInputError):
     """Data does not match the table schema."""
 
@@ -80,6 +91,20 @@ class InputDataError(UserInputError):
         self.line = line
         self.column = column
         self.value = value
+
+
+class RowsOutsideWhere(InputDataError):
+    """``overwrite(data, where=...)`` got rows that the predicate does not match
+    (FALSE or NULL): replacing them would not be a replacement of those rows.
+    ``rows`` counts them, ``first`` is the first one (by column); as an
+    :class:`InputDataError`, ``path`` is ``"data"``, ``line`` the first one's 1-based
+    row number in the data, ``column`` the predicate's text, ``value`` the row's repr."""
+
+    def __init__(self, message: str, *, rows: int, first: dict[str, object], row: int,
+                 where: str) -> None:
+        super().__init__(message, path="data", line=row, column=where, value=repr(first))
+        self.rows = rows
+        self.first = first
 
 
 class DuplicateKey(UserInputError):

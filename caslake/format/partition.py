@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from caslake.errors import InvalidArgument
+from caslake.errors import InvalidPartitionSpec
 from caslake.format.schema import Field, TableSchema
 
 FIRST_PARTITION_FIELD_ID = 1000  # Iceberg's: partition field ids start here
@@ -45,17 +45,6 @@ _SUFFIX = {YEAR: "year", MONTH: "month", DAY: "day", HOUR: "hour", BUCKET: "buck
            TRUNCATE: "trunc"}
 _ITEM_RE = re.compile(r"^\s*([A-Za-z_]+)\s*\((.*)\)\s*$", re.S)
 _STORED_RE = re.compile(r"^(identity|year|month|day|hour)$|^(bucket|truncate)\[(\d+)\]$")
-
-
-class InvalidPartitionSpec(InvalidArgument):
-    """A ``partition_by`` item that cannot be a partition field: an unknown transform,
-    ``bucket(0)``, a column the schema lacks, a transform the column's type does not
-    fit.  ``item`` is the item as given, ``column`` the column it names (if any)."""
-
-    def __init__(self, message: str, *, item: str = "", column: str | None = None) -> None:
-        super().__init__(message)
-        self.item = item
-        self.column = column
 
 
 # --- models -----------------------------------------------------------------------
@@ -155,6 +144,14 @@ def new_partitioning(fields: Sequence[tuple[int, str]], schema: TableSchema) -> 
 def unpartitioned() -> Partitioning:
     """What a table without ``partition_specs`` has: spec 0 with no fields."""
     return Partitioning((PartitionSpec(0, ()),), 0, FIRST_PARTITION_FIELD_ID - 1)
+
+
+def write_spec(p: Partitioning | None) -> PartitionSpec | None:
+    """The spec new data files are written with: ``p``'s default spec, or None when
+    the table is unpartitioned (no specs, or a default spec without fields).  Every
+    writer passes it on: ``write_data_files(..., spec=write_spec(base.manifest.partitioning))``
+    with ``base`` the snapshot the write is planned against."""
+    return None if p is None or not p.default.fields else p.default
 
 
 def field_name(schema: TableSchema, source_id: int, transform: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
 
 from caslake.core import MetadataIO, RoutingStore, Snapshot, create_record, external_uris, route
 from caslake.errors import (
@@ -33,7 +34,6 @@ from caslake.format.keys import (
     split_external,
 )
 from caslake.format.manifest import (
-    DataFile,
     ExternalTable,
     Manifest,
     Pointer,
@@ -108,20 +108,22 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
     # 1. Version 0 of the clone, create-only: the source version's files and
     #    tombstones, re-keyed.  It names the holds before they exist, so a drop of a
     #    clone that crashed before its pointer still finds (and releases) them.
-    files = tuple(DataFile(_rekey(f.path, "s0", aliases), f.size, f.etag, f.row_count,
-                           f.row_group_count, f.footer_size, f.stats, f.footer_crc32)
-                  for f in live)
+    #    Each entry keeps everything but its key (statistics, partition), and the
+    #    manifest the source's partition specs and format version (nested types,
+    #    partitions): the clone is the same table.
+    files = tuple(replace(f, path=_rekey(f.path, "s0", aliases)) for f in live)
     tombstones = tuple(TombstoneRef(_rekey(t.path, "s0", aliases), t.size, t.etag,
                                     {_rekey(p, "s0", aliases): n for p, n in t.files.items()})
                        for t in m.tombstones)
     commit_id = new_token()
+    fv = max(REFS_FORMAT_VERSION, m.format_version)
     manifest = Manifest(
         table_id=clone_id, version=0, parent=None, commit_id=commit_id,
         created_at_ms=now, operation="create", schema=m.schema, files=files,
         tombstones=tombstones, properties=dict(m.properties),
         operation_params={"clone_of": src_store.uri, "version": str(snap.version)},
         totals=Totals(m.totals.files, m.totals.rows, m.totals.bytes, m.totals.deleted_rows),
-        format_version=REFS_FORMAT_VERSION, external=external)
+        format_version=fv, external=external, partitioning=m.partitioning)
     key = manifest_key(0, new_token())
     target_io = MetadataIO(target)
     create_record(target_io.store, key, manifest.to_bytes(), what="clone manifest")
@@ -134,7 +136,7 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
                     branch if alias == "s0" and tag is None else MAIN, now)
         create_record(owner_io.store, hold.key, hold.to_bytes(), what=f"hold on {uri}")
     # 3. The pointer: the clone exists.
-    pointer = Pointer(clone_id, 0, key, commit_id, format_version=REFS_FORMAT_VERSION)
+    pointer = Pointer(clone_id, 0, key, commit_id, format_version=fv)
     if not create_record(target_io.store, POINTER_KEY, pointer.to_bytes(),
                               what="clone pointer"):
         _release(external, storage_options, clone_id)

@@ -6,6 +6,12 @@ Rules (docs/protocol.md, "Compaction"):
   files at least ``deleted_fraction`` of whose rows tombstones delete.  A single
   small file with no deletes is left alone (rewriting it gains nothing).  Files
   whose rows are all deleted are dropped without being read.
+* **Partitions.** Files are picked and rewritten per partition: the live files
+  are grouped by their partition (spec id and values), the rules above apply
+  within each group, and each group's rows are written to files of their own
+  carrying that partition, so a compacted file never spans partitions and keeps
+  pruning.  Files without a recorded partition form one group, written with the
+  table's default spec (split by partition, as an append is).
 * **What is written.** The picked files' live rows, read at one pinned version
   (tombstones applied), written as new files of the target size.
 * **The commit.** One ``compact`` version that removes the picked files (and with
@@ -39,20 +45,29 @@ from caslake.core import (
     Snapshot,
     SnapshotSubset,
     TableContext,
+    WriteOptions,
     noop_result,
     run_operation,
 )
 from caslake.errors import ConcurrentModification, CorruptMetadata, InvalidArgument
 from caslake.format.manifest import DataFile
+from caslake.format.partition import FilePartition, write_spec
 from caslake.ops.write import write_data_files
+
+Group = tuple[FilePartition | None, tuple[DataFile, ...]]
 
 
 @dataclass(frozen=True)
 class CompactionPlan:
     base: Snapshot
-    rewrite: tuple[DataFile, ...]  # read, and their live rows written anew
+    groups: tuple[Group, ...]  # per partition (None: not recorded) the files to rewrite
     drop: tuple[DataFile, ...]  # every row deleted: removed without reading
     live_rows: int  # rows the new files must hold
+
+    @property
+    def rewrite(self) -> tuple[DataFile, ...]:
+        """Every file read, and its live rows written anew."""
+        return tuple(f for _, files in self.groups for f in files)
 
     @property
     def removed(self) -> tuple[DataFile, ...]:
@@ -62,22 +77,25 @@ class CompactionPlan:
 def plan_compaction(ctx: TableContext, base: Snapshot, *, target_file_size: int,
                     deleted_fraction: float) -> CompactionPlan | None:
     deleted = base.manifest.deleted_rows_per_file()
-    small, dirty, drop = [], [], []
+    picks: dict[FilePartition | None, tuple[list[DataFile], list[DataFile]]] = {}
+    drop = []
     for f in ctx.io.iter_live_files(base):
         gone = deleted.get(f.path, 0)
+        small, dirty = picks.setdefault(f.partition, ([], []))
         if gone >= f.row_count:
             drop.append(f)
         elif f.row_count and gone / f.row_count >= deleted_fraction:
             dirty.append(f)
         elif f.size < target_file_size // 2:
             small.append(f)
-    if len(small) < 2 and not dirty:
-        small = []
-    rewrite = tuple(small + dirty)
-    if not rewrite and not drop:
+    # Within a partition, one small file with no dirty file is left alone.
+    groups = tuple((part, tuple(small + dirty) if len(small) >= 2 or dirty else ())
+                   for part, (small, dirty) in picks.items())
+    groups = tuple(g for g in groups if g[1])
+    if not groups and not drop:
         return None
-    live = sum(f.row_count - deleted.get(f.path, 0) for f in rewrite)
-    return CompactionPlan(base, rewrite, tuple(drop), live)
+    live = sum(f.row_count - deleted.get(f.path, 0) for _, files in groups for f in files)
+    return CompactionPlan(base, groups, tuple(drop), live)
 
 
 def compact(ctx: TableContext, *, target_file_size: int | None = None,
@@ -114,19 +132,33 @@ def compact(ctx: TableContext, *, target_file_size: int | None = None,
 
 
 def _rewrite(ctx: TableContext, plan: CompactionPlan, target: int) -> tuple[DataFile, ...]:
-    if not plan.rewrite:
-        return ()
-    scan = Scan(ctx.io, ctx.footers, SnapshotSubset.of(plan.base, plan.rewrite), None, None,
-                ctx.tombstones)
     options = ctx.write_options
     if options.target_file_size != target:
         options = replace(options, target_file_size=target)
-    files = write_data_files(ctx.store, scan.to_reader(), plan.base.manifest.schema, options)
+    files: list[DataFile] = []
+    for part, group in plan.groups:
+        files.extend(_rewrite_group(ctx, plan.base, part, group, options))
     rows = sum(f.row_count for f in files)
     if rows != plan.live_rows:
         raise CorruptMetadata(plan.base.key, f"compaction read {rows} live rows from "
                               f"{len(plan.rewrite)} files; the tombstones say {plan.live_rows}")
     return tuple(files)
+
+
+def _rewrite_group(ctx: TableContext, base: Snapshot, part: FilePartition | None,
+                   group: tuple[DataFile, ...], options: WriteOptions) -> list[DataFile]:
+    """The live rows of files of one partition, as new files of that partition.  Their
+    rows all had the partition's values, so the new files carry it as is (even when a
+    spec that is no longer the default names a dropped column); files without one are
+    split by the default spec."""
+    scan = Scan(ctx.io, ctx.footers, SnapshotSubset.of(base, group), None, None,
+                ctx.tombstones)
+    schema = base.manifest.schema
+    if part is None:
+        return write_data_files(ctx.store, scan.to_reader(), schema, options,
+                                spec=write_spec(base.manifest.partitioning))
+    return [replace(f, partition=part)
+            for f in write_data_files(ctx.store, scan.to_reader(), schema, options)]
 
 
 def _prepare(plan: CompactionPlan, new_files: tuple[DataFile, ...]

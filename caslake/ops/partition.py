@@ -24,7 +24,7 @@ from caslake.core import (
     TableContext,
     run_operation,
 )
-from caslake.errors import ConcurrentModification, UserInputError
+from caslake.errors import ConcurrentModification, RowsOutsideWhere
 from caslake.expr import Expr, compile_where, filter_table
 from caslake.format.manifest import Manifest
 from caslake.format.partition import (
@@ -32,6 +32,7 @@ from caslake.format.partition import (
     new_partitioning,
     parse_partition_by,
     unpartitioned,
+    write_spec,
 )
 from caslake.format.schema import TableSchema
 from caslake.ops import refs
@@ -42,21 +43,9 @@ from caslake.ops.write import as_reader, write_data_files
 SPEC_OPERATION = "partition_spec"
 
 
-class RowsOutsideWhere(UserInputError):
-    """``overwrite(data, where=...)`` got rows that the predicate does not match
-    (FALSE or NULL): replacing them would not be a replacement of those rows.
-    ``rows`` counts them, ``first`` is the first one."""
-
-    def __init__(self, message: str, *, rows: int, first: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.rows = rows
-        self.first = first
-
-
 def default_spec(manifest: Manifest) -> PartitionSpec | None:
     """The spec new files of this version are written with (None: unpartitioned)."""
-    p = manifest.partitioning
-    return None if p is None or not p.default.fields else p.default
+    return write_spec(manifest.partitioning)
 
 
 @dataclass(frozen=True)
@@ -115,7 +104,8 @@ def check_inside(data: pa.Table, where: str | Expr, schema: pa.Schema) -> None:
         raise RowsOutsideWhere(
             f"overwrite(where={str(where)!r}): {bad} row(s) of the data do not match the "
             f"where predicate (it is FALSE or NULL for them), e.g. {first!r}; only rows the "
-            "predicate matches can replace the rows it matches", rows=bad, first=first)
+            "predicate matches can replace the rows it matches", rows=bad, first=first,
+            row=int(missing[0]) + 1, where=str(where))
 
 
 _ROW = "__caslake_row__"
