@@ -40,9 +40,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from caslake.errors import InvalidPredicate, UnsupportedExpression
+from caslake.expr import sql_functions
 from caslake.expr.nested import array_contains, cardinality, element_at
 from caslake.expr.nodes import (
     NESTED_FUNCTIONS,
+    SQL_FUNCTIONS,
     Arith,
     Cast,
     Column,
@@ -416,6 +418,8 @@ class ValueBuilder:
             if families[0] not in ("date", "timestamp"):
                 raise _mismatch(what, [args[0][1].type], "it takes a date or timestamp")
             return self._cast_to(self._run(what, _EXTRACT[name], args), pa.int64(), what)
+        if name in SQL_FUNCTIONS:
+            return sql_functions.build(node, args, self._run, type_family)
         raise InvalidPredicate(f"function {name}() has no implementation")
 
     def _substr(self, node: Func) -> tuple[Any, Any]:

@@ -118,7 +118,16 @@ FUNCTIONS: Final[dict[str, tuple[int, int]]] = {
     "negate": (1, 1),
     # nested values (lists, maps): see caslake.expr.nested
     "element_at": (2, 2), "array_contains": (2, 2), "cardinality": (1, 1),
+    # everyday SQL (issue 32): see caslake.expr.sql_functions
+    "mod": (2, 2), "round": (1, 2), "floor": (1, 1), "ceil": (1, 1), "concat": (1, 64),
+    "dpipe": (2, 2), "starts_with": (2, 2), "ends_with": (2, 2), "contains": (2, 2),
+    "regexp_matches": (2, 3), "date_trunc": (2, 2), "date_part": (2, 2),
+    "add_interval": (2, 2),
 }
+#: The functions of caslake.expr.sql_functions.
+SQL_FUNCTIONS: Final = frozenset({"mod", "round", "floor", "ceil", "concat", "dpipe",
+                                  "starts_with", "ends_with", "contains", "regexp_matches",
+                                  "date_trunc", "date_part", "add_interval"})
 #: The functions on lists and maps (evaluated by :mod:`caslake.expr.nested`).
 NESTED_FUNCTIONS: Final = frozenset({"element_at", "array_contains", "cardinality"})
 _FUNCTION_ALIASES: Final[dict[str, str]] = {
@@ -128,6 +137,8 @@ _FUNCTION_ALIASES: Final[dict[str, str]] = {
     "list_contains": "array_contains", "list_has": "array_contains",
     "list_extract": "element_at", "list_element": "element_at",
     "map_extract_value": "element_at",
+    "ceiling": "ceil", "prefix": "starts_with", "suffix": "ends_with",
+    "regexp_like": "regexp_matches", "datepart": "date_part",
 }
 
 #: Type names CAST accepts (upper case) -> canonical spelling.
@@ -1079,6 +1090,11 @@ def render_value(value: Value) -> str:
     if isinstance(value, Func):
         if value.name == "negate":
             return f"-({render_value(value.args[0])})"
+        if value.name == "dpipe":
+            return f"({render_value(value.args[0])} || {render_value(value.args[1])})"
+        if value.name == "add_interval":
+            return (f"({render_value(value.args[0])} + INTERVAL "
+                    f"({render_value(value.args[1])}) MICROSECOND)")
         return f"{value.name}({', '.join(render_value(a) for a in value.args)})"
     if isinstance(value, Arith):
         return f"({render_value(value.left)} {value.op} {render_value(value.right)})"

@@ -57,6 +57,7 @@ from caslake.errors import (
     UnknownFunction,
     UnsupportedExpression,
 )
+from caslake.expr import sql_functions
 from caslake.expr._iso import parse_date, parse_timestamp
 from caslake.expr.nodes import (
     FALSE,
@@ -363,6 +364,9 @@ class _Translator:
             return self.value(node.this)
         if isinstance(node, exp.Neg):
             return _negate(self.value(node.this))
+        everyday = sql_functions.translate(node, self.value)
+        if everyday is not None:
+            return everyday
         op = _ARITH.get(type(node))
         if op is not None:
             return Arith(op, self.value(node.this), self.value(node.expression))
