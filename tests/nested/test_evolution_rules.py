@@ -94,7 +94,7 @@ def test_a_dotted_top_level_name_keeps_working() -> None:
     (AddColumn("device.os", "int32"), "device.os", "already exists"),
     (AddColumn("device.zz.y", "int32"), "device.zz.y", "fields os, v"),
     (AddColumn("device.x", pa.struct([("d", pa.duration("s"))])), "device.x.d", "int64"),
-    (AddColumn("device.x", "list<int>"), "device.x", "unknown type 'int'"),
+    (AddColumn("device.x", "list<int65>"), "device.x", "unknown type 'int65'"),
     (AddColumn("device.x", pa.struct([])), "device.x", "no fields"),
     (DropColumn("tags.element"), "tags.element", "drop 'tags'"),
     (DropColumn("items.element"), "items.element", "drop 'items'"),

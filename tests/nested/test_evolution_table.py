@@ -220,7 +220,7 @@ def test_merge_adds_a_nested_column_to_a_flat_table_as_format_4(tmp_path) -> Non
     (lambda u: u.rename_column("attrs.key", "k"), "attrs.key"),
     (lambda u: u.add_column("device.zz.y", "int32"), "device.zz.y"),
     (lambda u: u.add_column("device.x", pa.struct([("d", pa.duration("s"))])), "device.x.d"),
-    (lambda u: u.add_column("device.x", "struct<a:int>"), "device.x"),
+    (lambda u: u.add_column("device.x", "struct<a:int65>"), "device.x"),
 ])
 def test_bad_nested_changes_are_typed_errors_and_leave_nothing(table, build, path) -> None:  # type: ignore[no-untyped-def]
     before = objects(table.uri)
