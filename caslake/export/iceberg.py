@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 from caslake.errors import CorruptMetadata, InvalidArgument, NotFound
 from caslake.export import iceberg_avro as avro
 from caslake.export.delta_columns import leaf_ids
+from caslake.export.iceberg_partition import ExportPartitioning, ExportSpec
 from caslake.export.result import ExportResult, Writer
 from caslake.export.source import ExportSource, FileGroup, TableHandle, load_source
 from caslake.export.types import iceberg_bound, iceberg_schema, stat_leaves
@@ -157,9 +158,13 @@ def _chunks(groups: tuple[FileGroup, ...]) -> list[list[DataFile]]:
     return out
 
 
-def _chunk_hash(files: list[DataFile]) -> str:
-    """By content only: an inline list that later becomes a segment keeps its hash."""
+def _chunk_hash(files: list[DataFile], spec: ExportSpec) -> str:
+    """By content only: an inline list that later becomes a segment keeps its hash.
+    A partitioned spec is part of it (an export made before partitions were
+    exported wrote those files unpartitioned; it is not reused)."""
     h = hashlib.sha256()
+    if spec.partitioned:
+        h.update(f"spec {spec.spec_id}".encode())
     for f in files:
         h.update(b"\n" + f.path.encode() + b"\0" + f.etag.encode())
     return h.hexdigest()[:32]
@@ -175,6 +180,8 @@ class IcebergExport:
         self.schema_json = iceberg_schema(self.schema)  # refuses unmappable types first
         self.stat_leaves = stat_leaves(self.schema)
         m = source.snapshot.manifest
+        self.parts = ExportPartitioning(m.partitioning, self.schema)
+        self._by_path: dict[str, DataFile] | None = None
         self.snapshot_id = snapshot_id(m.commit_id)
         self.sequence = m.version + 1
 
@@ -203,9 +210,11 @@ class IcebergExport:
             lo, hi = iceberg_bound(s.get("min"), fld), iceberg_bound(s.get("max"), fld)
             if lo is not None and hi is not None:
                 lower[fid], upper[fid] = lo, hi
+        spec, values = self.parts.of(f)
         return {
             "content": avro.CONTENT_DATA, "file_path": self.src.location(f.path),
-            "file_format": "PARQUET", "partition": {}, "record_count": f.row_count,
+            "file_format": "PARQUET", "partition": spec.record(values),
+            "record_count": f.row_count,
             "file_size_in_bytes": f.size,
             "column_sizes": avro.int_map(column_sizes),
             "value_counts": avro.int_map({fid: f.row_count for fid in leaves}),
@@ -238,42 +247,58 @@ class IcebergExport:
             return list(pool.map(sizes, files))
 
     def _write_group(self, files: list[DataFile], digest: str,
-                     known: dict[str, dict[str, Any]]) -> dict[str, Any]:
+                     known: dict[str, dict[str, Any]], spec: ExportSpec) -> dict[str, Any]:
         fresh = [f for f in files if self.src.location(f.path) not in known]
         sizes = dict(zip((f.path for f in fresh), self._column_sizes(fresh), strict=True))
         entries = [self._entry(self._data_file(f, sizes[f.path]) if f.path in sizes
                                else known[self.src.location(f.path)], DATA_SEQUENCE)
                    for f in files]
         key = f"{METADATA_PREFIX}m-{digest}-{new_token()[:8]}.avro"
-        data = avro.write_manifest(entries, schema_json=self.schema_json, content="data")
+        data = self._write_manifest(entries, spec, "data")
         self.writer.put(key, data)
         return self._manifest_record(key, len(data), avro.MANIFEST_CONTENT_DATA,
                                      DATA_SEQUENCE, len(entries),
-                                     sum(f.row_count for f in files))
+                                     sum(f.row_count for f in files), spec,
+                                     spec.summaries(self.parts.of(f)[1] for f in files))
+
+    def _write_manifest(self, entries: list[dict[str, Any]], spec: ExportSpec,
+                        content: str) -> bytes:
+        return avro.write_manifest(entries, schema_json=self.schema_json, content=content,
+                                   spec_json=spec.to_json(), partition=spec.avro_fields())
 
     def _manifest_record(self, key: str, length: int, content: int, min_seq: int,
-                         files: int, rows: int) -> dict[str, Any]:
+                         files: int, rows: int, spec: ExportSpec,
+                         partitions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         return {"manifest_path": self.uri(key), "manifest_length": length,
-                "partition_spec_id": 0, "content": content,
+                "partition_spec_id": spec.spec_id, "content": content,
                 "sequence_number": self.sequence, "min_sequence_number": min_seq,
                 "added_snapshot_id": self.snapshot_id, "added_files_count": files,
                 "existing_files_count": 0, "deleted_files_count": 0,
                 "added_rows_count": rows, "existing_rows_count": 0, "deleted_rows_count": 0,
-                "partitions": None, "key_metadata": None}
+                "partitions": partitions, "key_metadata": None}
 
     def data_manifests(self, prev: _Previous | None) -> tuple[list[dict[str, Any]], int]:
-        groups = [(c, _chunk_hash(c)) for c in _chunks(self.src.groups)]
+        groups = [(c, spec, _chunk_hash(c, spec))
+                  for chunk in _chunks(self.src.groups) for spec, c in self._by_spec(chunk)]
         old = prev.data_manifests if prev else {}
         known = self._known_entries([r for d, r in old.items()
-                                     if d not in {h for _, h in groups}])
+                                     if d not in {h for _, _, h in groups}])
         out, reused = [], 0
-        for group, digest in groups:
+        for group, spec, digest in groups:
             if digest in old:
                 out.append(old[digest])
                 reused += 1
             else:
-                out.append(self._write_group(group, digest, known))
+                out.append(self._write_group(group, digest, known, spec))
         return out, reused
+
+    def _by_spec(self, files: list[DataFile]) -> list[tuple[ExportSpec, list[DataFile]]]:
+        """``files`` split by the spec each is exported under (a manifest has one)."""
+        out: dict[int, tuple[ExportSpec, list[DataFile]]] = {}
+        for f in files:
+            spec = self.parts.of(f)[0]
+            out.setdefault(spec.spec_id, (spec, []))[1].append(f)
+        return list(out.values())
 
     def _known_entries(self, records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """data_file records (by data file URI) of previous manifests that are not
@@ -287,10 +312,30 @@ class IcebergExport:
 
     # --- deletes ---------------------------------------------------------------------
 
-    def _delete_file(self, ref: TombstoneRef, tomb_id: str) -> dict[str, Any] | None:
+    def _delete_files(self, ref: TombstoneRef, tomb_id: str
+                      ) -> list[tuple[ExportSpec, dict[str, Any]]]:
+        """The position-delete files of one tombstone reference: one per partition
+        (Iceberg applies a position delete only to data files of its own spec and
+        partition), each with its manifest entry."""
         positions = self.src.deleted_positions(ref.files)
         if not positions:
-            return None
+            return []
+        files = self._files_by_path()
+        parts: dict[tuple[int, tuple[Any, ...]], list[str]] = {}
+        for p in sorted(positions, key=self.src.location):
+            spec, values = self.parts.of(files[p])
+            parts.setdefault((spec.spec_id, values), []).append(p)
+        return [self._delete_file({p: positions[p] for p in paths}, tomb_id,
+                                  self.parts.spec(spec_id), values)
+                for (spec_id, values), paths in parts.items()]
+
+    def _files_by_path(self) -> dict[str, DataFile]:
+        if self._by_path is None:
+            self._by_path = {f.path: f for f in self.src.files()}
+        return self._by_path
+
+    def _delete_file(self, positions: dict[str, Any], tomb_id: str, spec: ExportSpec,
+                     values: tuple[Any, ...]) -> tuple[ExportSpec, dict[str, Any]]:
         paths, pos = [], []
         for p in sorted(positions, key=self.src.location):
             bm = positions[p]
@@ -306,9 +351,10 @@ class IcebergExport:
         targets = sorted({self.src.location(p) for p in positions})
         lower = {FILE_PATH_ID: targets[0].encode(), POS_ID: min(pos).to_bytes(8, "little")}
         upper = {FILE_PATH_ID: targets[-1].encode(), POS_ID: max(pos).to_bytes(8, "little")}
-        return self._entry({
+        return spec, self._entry({
             "content": avro.CONTENT_POSITION_DELETES, "file_path": self.uri(key),
-            "file_format": "PARQUET", "partition": {}, "record_count": len(pos),
+            "file_format": "PARQUET", "partition": spec.record(values),
+            "record_count": len(pos),
             "file_size_in_bytes": len(data), "column_sizes": None,
             "value_counts": avro.int_map({FILE_PATH_ID: len(pos), POS_ID: len(pos)}),
             "null_value_counts": avro.int_map({FILE_PATH_ID: 0, POS_ID: 0}),
@@ -322,7 +368,8 @@ class IcebergExport:
     def delete_manifests(self, prev: _Previous | None) -> list[dict[str, Any]]:
         live = {_basename(r.path).removesuffix(".del"): r for r in self.src.tombstones}
         out: list[dict[str, Any]] = []
-        loose: list[dict[str, Any]] = []  # live entries of manifests that must be rewritten
+        # live entries of manifests that must be rewritten, with their spec id
+        loose: list[tuple[int, dict[str, Any]]] = []
         have: set[str] = set()
         for rec, entries in prev.delete_manifests if prev else []:
             ids = [_delete_id(e) for e in entries]
@@ -331,23 +378,27 @@ class IcebergExport:
             if len(alive) == len(entries):
                 out.append(rec)
             else:
-                loose.extend(alive)
-        made = (self._delete_file(ref, tid) for tid, ref in live.items() if tid not in have)
-        new = [e for e in made if e is not None]
-        if len(out) + (1 if loose or new else 0) > MAX_DELETE_MANIFESTS:
-            for rec in out:  # fold every delete manifest into one
+                loose.extend((rec["partition_spec_id"], e) for e in alive)
+        new = [(spec.spec_id, e) for tid, ref in live.items() if tid not in have
+               for spec, e in self._delete_files(ref, tid)]
+        if len(out) + len({s for s, _ in loose + new}) > MAX_DELETE_MANIFESTS:
+            for rec in out:  # fold every delete manifest into one per spec
                 key = _key_of(rec["manifest_path"], self.root)
-                loose.extend(avro.read_records(self.store.get(key).data, key))
+                loose.extend((rec["partition_spec_id"], e)
+                             for e in avro.read_records(self.store.get(key).data, key))
             out = []
-        if loose or new:
-            entries = loose + new
+        by_spec: dict[int, list[dict[str, Any]]] = {}
+        for spec_id, e in loose + new:
+            by_spec.setdefault(spec_id, []).append(e)
+        for spec_id, entries in by_spec.items():
+            spec = self.parts.spec(spec_id)
             key = f"{METADATA_PREFIX}d-{new_token()}.avro"
-            data = avro.write_manifest(entries, schema_json=self.schema_json, content="deletes")
+            data = self._write_manifest(entries, spec, "deletes")
             self.writer.put(key, data)
             out.append(self._manifest_record(
                 key, len(data), avro.MANIFEST_CONTENT_DELETES,
                 min(e["sequence_number"] for e in entries), len(entries),
-                sum(e["data_file"]["record_count"] for e in entries)))
+                sum(e["data_file"]["record_count"] for e in entries), spec))
         return out
 
     # --- metadata ----------------------------------------------------------------------
@@ -380,8 +431,7 @@ class IcebergExport:
             "last-column-id": max(self.schema.last_field_id,
                                   int(old.get("last-column-id", 0))),
             "current-schema-id": self.schema.schema_id, "schemas": schemas,
-            "default-spec-id": 0, "partition-specs": [{"spec-id": 0, "fields": []}],
-            "last-partition-id": 999, "default-sort-order-id": 0,
+            **self.parts.metadata(), "default-sort-order-id": 0,
             "sort-orders": [{"order-id": 0, "fields": []}],
             "properties": {"caslake.table-id": m.table_id, "caslake.version": str(m.version),
                            "caslake.source": self.src.table.store.uri},

@@ -2,7 +2,8 @@
 ids) and reading/writing them with fastavro.
 
 Owns: the ``manifest_entry`` and ``manifest_file`` Avro schemas of the Iceberg
-table spec (format version 2, unpartitioned), encoding records through
+table spec (format version 2; a manifest's ``partition`` record has the fields of
+its partition spec), encoding records through
 fastavro, and decoding the files this exporter wrote earlier.  Never touches
 storage: callers pass and receive bytes.
 """
@@ -39,35 +40,43 @@ def _int_map(name: str, field_id: int, key_id: int, value_id: int, value: str
         "fields": [_req("key", "int", key_id), _req("value", value, value_id)]}}, field_id)
 
 
-_DATA_FILE = {
-    "type": "record", "name": "r2", "fields": [
-        _req("content", "int", 134),
-        _req("file_path", "string", 100),
-        _req("file_format", "string", 101),
-        _req("partition", {"type": "record", "name": "r102", "fields": []}, 102),
-        _req("record_count", "long", 103),
-        _req("file_size_in_bytes", "long", 104),
-        _int_map("column_sizes", 108, 117, 118, "long"),
-        _int_map("value_counts", 109, 119, 120, "long"),
-        _int_map("null_value_counts", 110, 121, 122, "long"),
-        _int_map("nan_value_counts", 137, 138, 139, "long"),
-        _int_map("lower_bounds", 125, 126, 127, "bytes"),
-        _int_map("upper_bounds", 128, 129, 130, "bytes"),
-        _opt("key_metadata", "bytes", 131),
-        _opt("split_offsets", {"type": "array", "items": "long", "element-id": 133}, 132),
-        _opt("equality_ids", {"type": "array", "items": "int", "element-id": 136}, 135),
-        _opt("sort_order_id", "int", 140),
-        _opt("referenced_data_file", "string", 143),
-    ]}
+def _data_file(partition: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "type": "record", "name": "r2", "fields": [
+            _req("content", "int", 134),
+            _req("file_path", "string", 100),
+            _req("file_format", "string", 101),
+            _req("partition", {"type": "record", "name": "r102", "fields": partition}, 102),
+            _req("record_count", "long", 103),
+            _req("file_size_in_bytes", "long", 104),
+            _int_map("column_sizes", 108, 117, 118, "long"),
+            _int_map("value_counts", 109, 119, 120, "long"),
+            _int_map("null_value_counts", 110, 121, 122, "long"),
+            _int_map("nan_value_counts", 137, 138, 139, "long"),
+            _int_map("lower_bounds", 125, 126, 127, "bytes"),
+            _int_map("upper_bounds", 128, 129, 130, "bytes"),
+            _opt("key_metadata", "bytes", 131),
+            _opt("split_offsets", {"type": "array", "items": "long", "element-id": 133}, 132),
+            _opt("equality_ids", {"type": "array", "items": "int", "element-id": 136}, 135),
+            _opt("sort_order_id", "int", 140),
+            _opt("referenced_data_file", "string", 143),
+        ]}
 
-MANIFEST_ENTRY_SCHEMA = fastavro.parse_schema({
-    "type": "record", "name": "manifest_entry", "fields": [
-        _req("status", "int", 0),
-        _opt("snapshot_id", "long", 1),
-        _opt("sequence_number", "long", 3),
-        _opt("file_sequence_number", "long", 4),
-        _req("data_file", _DATA_FILE, 2),
-    ]})
+
+def manifest_entry_schema(partition: list[dict[str, Any]]) -> Any:
+    """The ``manifest_entry`` Avro schema whose ``partition`` record has ``partition``
+    (Avro fields with ``field-id``s; empty for an unpartitioned spec)."""
+    return fastavro.parse_schema({
+        "type": "record", "name": "manifest_entry", "fields": [
+            _req("status", "int", 0),
+            _opt("snapshot_id", "long", 1),
+            _opt("sequence_number", "long", 3),
+            _opt("file_sequence_number", "long", 4),
+            _req("data_file", _data_file(partition), 2),
+        ]})
+
+
+MANIFEST_ENTRY_SCHEMA = manifest_entry_schema([])
 
 MANIFEST_FILE_SCHEMA = fastavro.parse_schema({
     "type": "record", "name": "manifest_file", "fields": [
@@ -102,12 +111,18 @@ def int_map(values: Mapping[int, Any]) -> list[dict[str, Any]] | None:
 
 
 def write_manifest(entries: Iterable[dict[str, Any]], *, schema_json: dict[str, Any],
-                   content: str) -> bytes:
-    """A manifest file: ``content`` is "data" or "deletes"."""
+                   content: str, spec_json: dict[str, Any] | None = None,
+                   partition: list[dict[str, Any]] | None = None) -> bytes:
+    """A manifest file: ``content`` is "data" or "deletes"; ``spec_json`` the
+    partition spec of every entry (default: spec 0 without fields) and ``partition``
+    its Avro partition record fields."""
+    spec_json = spec_json or {"spec-id": 0, "fields": []}
     meta = {"schema": json.dumps(schema_json), "schema-id": str(schema_json["schema-id"]),
-            "partition-spec": "[]", "partition-spec-id": "0", "format-version": "2",
+            "partition-spec": json.dumps(spec_json["fields"]),
+            "partition-spec-id": str(spec_json["spec-id"]), "format-version": "2",
             "content": content}
-    return _write(MANIFEST_ENTRY_SCHEMA, entries, meta)
+    schema = manifest_entry_schema(partition) if partition else MANIFEST_ENTRY_SCHEMA
+    return _write(schema, entries, meta)
 
 
 def write_manifest_list(manifests: Iterable[dict[str, Any]], *, snapshot_id: int,

@@ -266,3 +266,72 @@ def delta_stat(value: Any, f: Field) -> Any:
     if kind in ("byte", "short", "integer", "long", "float", "double", "string", "date"):
         return value
     return None
+
+
+# --- Iceberg partition values ------------------------------------------------------
+
+_AVRO_PRIMITIVE = {"int": "int", "long": "long", "string": "string", "boolean": "boolean",
+                   "binary": "bytes", "date": {"type": "int", "logicalType": "date"}}
+
+
+def iceberg_partition_type(kind: str, source: Field) -> str:
+    """The Iceberg result type of partition transform ``kind`` of ``source``: the
+    source's type for identity and truncate, ``date`` for day (as pyiceberg and
+    Java type it), ``int`` for year, month, hour and bucket."""
+    if kind in ("identity", "truncate"):
+        t = iceberg_type(source)
+        assert isinstance(t, str)  # partition sources are primitive columns
+        return t
+    return "date" if kind == "day" else "int"
+
+
+def avro_partition_type(iceberg: str, field_id: int) -> Any:
+    """The Avro type Iceberg writes a partition value of type ``iceberg`` as."""
+    if iceberg in _AVRO_PRIMITIVE:
+        return _AVRO_PRIMITIVE[iceberg]
+    if iceberg in ("timestamp", "timestamptz"):
+        return {"type": "long", "logicalType": "timestamp-micros",
+                "adjust-to-utc": iceberg == "timestamptz"}
+    if iceberg.startswith("decimal("):
+        p, s = (int(x) for x in iceberg[len("decimal("):-1].split(","))
+        return {"type": "fixed", "name": f"fixed_{field_id}", "size": _decimal_width(p),
+                "logicalType": "decimal", "precision": p, "scale": s}
+    raise AssertionError(f"no partition type {iceberg}")  # refused by iceberg_type
+
+
+def _decimal_width(precision: int) -> int:
+    """Iceberg's fixed width for a decimal: the fewest bytes holding 10^p - 1 signed."""
+    return next(n for n in range(1, 17) if 2 ** (8 * n - 1) > 10 ** precision - 1)
+
+
+def iceberg_partition_value(kind: str, value: Any, source: Field) -> Any:
+    """A caslake partition value (manifest JSON form) as the Python value fastavro
+    writes for its Iceberg result type: days since the epoch for day and for dates,
+    microseconds for timestamps, Decimal for decimals, bytes for binary."""
+    if value is None or kind not in ("identity", "truncate"):
+        return value
+    t = source.arrow_type
+    if pa.types.is_date32(t):
+        return (dt.date.fromisoformat(value) - _EPOCH_DATE).days
+    if pa.types.is_decimal(t):
+        return Decimal(value)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return bytes.fromhex(value)
+    return value
+
+
+def iceberg_value_bound(iceberg: str, value: Any) -> bytes:
+    """``value`` (as :func:`iceberg_partition_value` gives it) in Iceberg's single-value
+    binary serialization for type ``iceberg`` (manifest list partition summaries)."""
+    if iceberg in ("int", "date"):
+        return struct.pack("<i", value)
+    if iceberg in ("long", "timestamp", "timestamptz"):
+        return struct.pack("<q", value)
+    if iceberg == "boolean":
+        return b"\x01" if value else b"\x00"
+    if iceberg == "string":
+        return str(value).encode()
+    if iceberg == "binary":
+        return bytes(value)
+    scale = int(iceberg[len("decimal("):-1].split(",")[1])
+    return _decimal_bytes(value, scale)
