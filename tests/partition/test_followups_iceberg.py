@@ -155,3 +155,28 @@ def test_incremental_export_stays_readable(tmp_path: Path, again: bool) -> None:
     res = t.export_iceberg()
     meta = res.location
     check_readers(t, meta)
+
+
+def test_unpartitioned_files_of_a_partitioned_table(tmp_path: Path) -> None:
+    """A file without a recorded partition (a writer that does not split) is exported
+    under a fieldless spec next to spec 0; deletes reach it and the others."""
+    from pyiceberg.table import StaticTable
+
+    from caslake.core import Changes, run_operation
+    from caslake.ops.write import write_data_files
+
+    t = caslake.create_table(str(tmp_path / "t"), SCHEMA, partition_by=["day(ts)"])
+    t.append(events(1000, seed=97, days=3))
+    ctx = t.context
+    base = ctx.refresh()
+    loose = write_data_files(ctx.store, events(300, seed=98, days=3, first_id=5000).to_reader(),
+                             base.manifest.schema, ctx.write_options)
+    run_operation(ctx, "append", lambda b: Changes("append", add_files=tuple(loose)),
+                  started=ctx.meter())
+    t.delete("amount < 20")
+    meta = t.refresh().export_iceberg().location
+    check_readers(t, meta)
+    st = StaticTable.from_metadata(meta)
+    assert sorted(st.specs()) == [0, 1 << 30] and st.spec().spec_id == 0
+    got = planned(meta, "ts >= '2026-11-01T00:00:00' and ts < '2026-11-02T00:00:00'")
+    assert len(got) == 2  # that day's file and the unpartitioned one
