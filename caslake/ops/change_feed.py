@@ -313,22 +313,23 @@ def _row_keys(table: pa.Table, names: Sequence[str]) -> list[tuple[Any, ...]]:
 
 def _pair(deletes: pa.Table, inserts: pa.Table, keys: Sequence[str]
           ) -> list[tuple[str, pa.Table]]:
-    """An upsert's rows: deleted and added rows with equal keys (no NULL) become
-    preimages and postimages."""
+    """An upsert's (or MERGE's) rows: per key (no NULL), as many deleted and added
+    rows as both have, in read order, become preimages and postimages; the rest
+    stay deletes and inserts (a MERGE that deletes one of two rows sharing a key and
+    updates the other gives one pair and one delete)."""
     def hashable(k: tuple[Any, ...]) -> bool:
         return all(v is not None for v in k)
 
     d_keys, i_keys = _row_keys(deletes, keys), _row_keys(inserts, keys)
-    i_set = {k for k in i_keys if hashable(k)}
-    d_set = {k for k in d_keys if hashable(k)}
-    d_pair = pa.array([k in i_set for k in d_keys], pa.bool_())
-    i_pair = pa.array([k in d_set for k in i_keys], pa.bool_())
+    both = Counter(k for k in d_keys if hashable(k)) & Counter(k for k in i_keys if hashable(k))
+    d_pair = pa.array([not x for x in _take_from(d_keys, dict(both))], pa.bool_())
+    i_pair = pa.array([not x for x in _take_from(i_keys, dict(both))], pa.bool_())
     inv = pc.invert
     return [(DELETE, deletes.filter(inv(d_pair))), (PREIMAGE, deletes.filter(d_pair)),
             (INSERT, inserts.filter(inv(i_pair))), (POSTIMAGE, inserts.filter(i_pair))]
 
 
-def _take_from(keys: list[str], budget: dict[str, int]) -> list[bool]:
+def _take_from(keys: Sequence[Any], budget: dict[Any, int]) -> list[bool]:
     """Per key: False for each of the first ``budget[key]`` occurrences (spent), else True."""
     keep = []
     for k in keys:

@@ -228,14 +228,17 @@ class Rewrite:
 
 
 def commit_rewrite(ctx: TableContext, operation: str, plan: Callable[[Snapshot], Rewrite], *,
-                   params: Mapping[str, str], requirements: Sequence[Requirement] = ()
-                   ) -> CommitResult:
+                   params: Mapping[str, str], requirements: Sequence[Requirement] = (),
+                   in_order: Mapping[str, str] | None = None) -> CommitResult:
     """Commit ``plan(base)`` as one version: one tombstone and the new data files
     (docs/protocol.md, "Update" and "Merge").  On a lost race the same objects are
     committed on the new base when no commit since removed or tombstoned a file
     whose rows it hides and the schema is the same; otherwise ``plan`` runs again
     on the new base (the earlier attempt's uploads are orphans for gc).  A plan
-    that changes nothing commits nothing (``noop``)."""
+    that changes nothing commits nothing (``noop``).  New files are written with
+    the base's partition spec; ``in_order`` params are recorded only when the rows
+    land in the order planned (an unpartitioned table: a partitioned write groups
+    them by partition)."""
     io = ctx.io
     started = ctx.meter()
     commit_id = new_token()
@@ -247,13 +250,18 @@ def commit_rewrite(ctx: TableContext, operation: str, plan: Callable[[Snapshot],
         refs: tuple[TombstoneRef, ...] = ()
         dropped: tuple[DataFile, ...] = ()
         hidden = 0
+        partitioning = base.manifest.partitioning
+        spec = partitioning.default if partitioning is not None and \
+            partitioning.default.fields else None
         if not rewrite.empty:
             if rewrite.rows.num_rows:
                 files = tuple(write_data_files(ctx.store, rewrite.rows.to_reader(),
-                                               base.manifest.schema, ctx.write_options))
+                                               base.manifest.schema, ctx.write_options,
+                                               spec=spec))
             refs, dropped, hidden = write_delete(io, rewrite.plan, commit_id=commit_id,
                                                  conditions=())
-        state.update(rewrite=rewrite, files=files, refs=refs, dropped=dropped, hidden=hidden)
+        state.update(rewrite=rewrite, files=files, refs=refs, dropped=dropped, hidden=hidden,
+                     params={**params, **(in_order or {})} if spec is None else dict(params))
 
     def prepare(base: Snapshot) -> Changes | None:
         rewrite: Rewrite | None = state.get("rewrite")
@@ -263,7 +271,7 @@ def commit_rewrite(ctx: TableContext, operation: str, plan: Callable[[Snapshot],
                     operation).holds(base, io):
             planned_on(base)
         return changes_for(operation, state["refs"], state["dropped"], state["files"],
-                           dict(params), state["hidden"])
+                           state["params"], state["hidden"])
 
     return run_operation(ctx, operation, prepare, requirements=requirements,
                          started=started, commit_id=commit_id)

@@ -252,11 +252,12 @@ def update(ctx: TableContext, set_: Mapping[str, object], where: str | Expr | No
         target.hide(rewrite, target.rows)
         return Rewrite(rewrite, new)
 
-    params = {"set": describe(set_), PAIR_PARAM: PAIR_BY_POSITION}
+    params = {"set": describe(set_)}
     if where is not None:
         params["where"] = str(where)
     requirements: tuple[Requirement, ...] = ()
     if read_version is not None:
         requirements = (ReadSetUnchanged(read_version, (PredicateCondition(
             where if where is not None else "TRUE"),), "update"),)
-    return commit_rewrite(ctx, "update", plan, params=params, requirements=requirements)
+    return commit_rewrite(ctx, "update", plan, params=params, requirements=requirements,
+                          in_order={PAIR_PARAM: PAIR_BY_POSITION})
