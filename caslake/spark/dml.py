@@ -51,8 +51,14 @@ from caslake.core import (
     Snapshot,
     SnapshotSubset,
     TombstoneCache,
+    check_txn,
     external_uris,
+    noop_result,
     route,
+    run_operation,
+    txn_applied,
+    write_prepare,
+    write_requirements,
 )
 from caslake.errors import (
     CaslakeError,
@@ -271,7 +277,44 @@ def _key_table(batches: list[pa.RecordBatch], target: pa.Schema, keys: list[str]
 
 def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | str, *,
            storage_options: StorageOptions | None = None,
-           broadcast_keys_limit: int = BROADCAST_KEYS_LIMIT) -> CommitResult:
+           broadcast_keys_limit: int = BROADCAST_KEYS_LIMIT,
+           txn: tuple[str, int] | None = None) -> CommitResult:
+    """:func:`upsert_once` with ``txn`` (a ``foreachBatch``'s ``(app id, batch id)``),
+    else one upsert commit; see :func:`upsert_once`."""
+    if txn is not None:
+        return upsert_once(spark, uri, df, key, txn, storage_options=storage_options,
+                           broadcast_keys_limit=broadcast_keys_limit)
+    return _upsert(spark, uri, df, key, storage_options, broadcast_keys_limit)
+
+
+def upsert_once(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | str,
+                txn: tuple[str, int], *, storage_options: StorageOptions | None = None,
+                broadcast_keys_limit: int = BROADCAST_KEYS_LIMIT) -> CommitResult:
+    """An upsert applied once per ``txn`` = ``(app id, version)`` (a streaming
+    ``foreachBatch``'s app id and batch id): a no-op when the table's ``txns`` have
+    that app id at this version or later; else the upsert commits, then a version
+    recording the txn (no data).  A replay between the two applies the same upsert
+    again, which leaves the same rows (an upsert of one batch is idempotent), and
+    then records the txn: the table's rows are as if the batch ran once."""
+    txn = check_txn(txn)
+    table = open_table(uri, storage_options=storage_options)
+    if txn_applied(table.snapshot.manifest.txns, txn):
+        return noop_result(table.context, "upsert", table.snapshot,
+                           started=table.context.meter())
+    _upsert(spark, uri, df, key, storage_options, broadcast_keys_limit)
+    table.refresh()
+    ctx = table.context
+    schema = ctx.snapshot.manifest.schema
+    return run_operation(ctx, "append",
+                         write_prepare("append", [], remove_all=False, txn=txn,
+                                       params={"engine": "spark", "txn_app_id": txn[0]}),
+                         requirements=write_requirements("append", schema, txn=txn),
+                         started=ctx.meter())
+
+
+def _upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | str,
+            storage_options: StorageOptions | None, broadcast_keys_limit: int
+            ) -> CommitResult:
     """Apply a CDC batch in one commit: delete the live rows whose ``key`` columns
     equal a key of ``df`` (NULL keys never match), and append ``df``'s rows.
 

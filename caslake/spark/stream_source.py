@@ -237,6 +237,13 @@ class Position:
         return Position(v, i, s)
 
 
+# A new stream's first offset, the same whenever Spark asks for it (it asks again
+# when it replays a first batch that never committed): the version is chosen by the
+# first latestOffset, and the first batch's end names it.
+UNPLANNED_SNAPSHOT = Position(-1, 0, True)  # the snapshot of the head, then what follows
+UNPLANNED_LATEST = Position(-1, 0, False)  # only versions after the head
+
+
 @dataclass(frozen=True)
 class Unit:
     """What a stream admits at once: data files of one version (one file, or every
@@ -414,13 +421,14 @@ class CaslakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         o, head = self.options, self._head()
         if o.start_version == LATEST:
-            return Position(head.version + 1).to_json()
+            return UNPLANNED_LATEST.to_json()
         if o.start_version is not None:
             pairs = resolve_range(self._io(), head, o.start_version, o.start_version, self._tag)
             return Position(pairs[0][1].version).to_json()
         if o.start_ms is not None:
             return Position(self._first_at(head, o.start_ms)).to_json()
-        return Position(head.version, 0, True).to_json()
+        self._io().at_version(head, head.version)  # the branch exists and is readable
+        return UNPLANNED_SNAPSHOT.to_json()
 
     def _first_at(self, head: Snapshot, ms: int) -> int:
         """The first version committed at or after ``ms`` (readable, else typed errors)."""
@@ -453,7 +461,12 @@ class CaslakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end.to_json()
 
     def _advance(self, pos: Position, head: Snapshot, cap: int, budget: Budget) -> Position:
-        """The furthest position from ``pos`` the budget admits, up to version ``cap``."""
+        """The furthest position from ``pos`` the budget admits, up to version ``cap``.
+        A batch ends where the snapshot phase ends (so its version is the end's - 1)."""
+        if pos == UNPLANNED_LATEST:
+            return Position(cap + 1)
+        if pos == UNPLANNED_SNAPSHOT:
+            pos = Position(cap, 0, True)
         while pos.snapshot or pos.version <= cap:
             vu = self._units(pos, head, cap)
             if vu.blocked is not None:
@@ -465,7 +478,10 @@ class CaslakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 pos = replace(pos, index=pos.index + 1)
             if pos.index < len(vu.units):
                 return pos
+            done_snapshot = pos.snapshot
             pos = Position(pos.version + 1)
+            if done_snapshot:
+                return pos
         return pos
 
     def _units(self, pos: Position, head: Snapshot, cap: int) -> VersionUnits:
@@ -507,7 +523,9 @@ class CaslakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]
                    ) -> Sequence[InputPartition]:
         lo, hi = Position.from_json(start), Position.from_json(end)
-        if lo == hi:
+        if lo == UNPLANNED_SNAPSHOT:  # the first batch: the snapshot its end names
+            lo = Position(hi.version if hi.snapshot else hi.version - 1, 0, True)
+        if lo == hi or lo == UNPLANNED_LATEST:
             return []
         head = self._head()
         cap = hi.version if hi.index > 0 or hi.snapshot else hi.version - 1

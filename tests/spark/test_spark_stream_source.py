@@ -230,8 +230,12 @@ def test_the_reader_raises_caslake_errors_directly(tmp_path: Path) -> None:
         Position.from_json({"version": "1"})
     r = reader()
     start = r.initialOffset()
-    assert start == {"version": 2, "index": 0, "snapshot": True}
+    assert start == {"version": -1, "index": 0, "snapshot": True}  # planned by the first batch
+    t.append(rows(10, 12))  # a restart asks again: the same offset, whatever landed
+    assert reader().initialOffset() == start
     end = r.latestOffset(start, r.getDefaultReadLimit())
-    assert end == {"version": 3, "index": 0, "snapshot": False}
+    assert end == {"version": 4, "index": 0, "snapshot": False}  # the batch ends the snapshot
+    assert sorted(i for p in r.partitions(start, end) for b in r.read(p)
+                  for i in b.column("id").to_pylist()) == [1, 2, 10, 11]
     assert r.latestOffset(end, r.getDefaultReadLimit()) == end  # nothing new: unchanged
     assert isinstance(VersionExpired("x", oldest_readable=1), VersionNotFound)
