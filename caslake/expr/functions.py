@@ -345,6 +345,12 @@ class ValueBuilder:
     def _cast_to(self, pair: tuple[Any, Any], t: pa.DataType, what: str) -> tuple[Any, Any]:
         if pair[1].type == t:
             return pair
+        if isinstance(pair[0], pa.Scalar) and pa.types.is_decimal(pair[0].type) and \
+                pa.types.is_float64(t) and pair[0].is_valid:
+            # Arrow's decimal-to-double cast is not correctly rounded (1.7 becomes
+            # 1.7000000000000002); a literal converts exactly, as in DuckDB.
+            exact = pa.scalar(float(pair[0].as_py()), pa.float64())
+            return exact, exact
         return self._run(what, lambda x: x.cast(t), [pair])
 
     def _field(self, node: GetField) -> tuple[Any, Any]:

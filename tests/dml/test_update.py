@@ -67,6 +67,7 @@ def same(got: pa.Table, want: pa.Table) -> None:
     ({"status": "'closed'"}, "qty > 5", "UPDATE t SET status = 'closed' WHERE qty > 5"),
     ({"amount": "amount * 1.1", "qty": "qty + 1"}, "status = 'open'",
      "UPDATE t SET amount = amount * 1.1, qty = qty + 1 WHERE status = 'open'"),
+    ({"amount": "amount * 1.7 + 2.3"}, None, "UPDATE t SET amount = amount * 1.7 + 2.3"),
     ({"price": "price * 1.1"}, "id < 30",
      "UPDATE t SET price = price * 1.1 WHERE id < 30"),
     ({"status": "NULL", "amount": "NULL"}, "amount IS NULL OR id = 4",
