@@ -42,6 +42,7 @@ from pyspark.sql.types import BinaryType, LongType, StringType, StructField, Str
 
 from caslake.core import (
     POSITION,
+    Changes,
     Condition,
     FileTask,
     FooterCache,
@@ -57,7 +58,6 @@ from caslake.core import (
     route,
     run_operation,
     txn_applied,
-    write_prepare,
     write_requirements,
 )
 from caslake.errors import (
@@ -305,9 +305,8 @@ def upsert_once(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str]
     table.refresh()
     ctx = table.context
     schema = ctx.snapshot.manifest.schema
-    return run_operation(ctx, "append",
-                         write_prepare("append", [], remove_all=False, txn=txn,
-                                       params={"engine": "spark", "txn_app_id": txn[0]}),
+    record = Changes("append", params={"engine": "spark", "txn_app_id": txn[0]}, txn=txn)
+    return run_operation(ctx, "append", lambda base: record,
                          requirements=write_requirements("append", schema, txn=txn),
                          started=ctx.meter())
 

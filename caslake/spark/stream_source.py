@@ -525,7 +525,7 @@ class CaslakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lo, hi = Position.from_json(start), Position.from_json(end)
         if lo == UNPLANNED_SNAPSHOT:  # the first batch: the snapshot its end names
             lo = Position(hi.version if hi.snapshot else hi.version - 1, 0, True)
-        if lo == hi or lo == UNPLANNED_LATEST:
+        if lo in (hi, UNPLANNED_LATEST):
             return []
         head = self._head()
         cap = hi.version if hi.index > 0 or hi.snapshot else hi.version - 1
