@@ -1,7 +1,9 @@
 """Crash (and fail) at every store call of every write operation, and of gc.
 
-For each operation -- append, delete, upsert, a transaction (delete + append),
-compaction -- on a small table with several files, row groups and an existing tombstone:
+For each operation -- append, delete (one of its terms on a struct leaf, ``dev.os``),
+upsert, a transaction (delete + append), compaction, purge -- on a small table with
+several files, row groups and an existing tombstone, whose columns are flat and nested
+(a struct holding a struct, a list, a map; NULLs at every level, compared whole):
 
 1. run the operation once through a :class:`FaultyStore` without faults to
    count its store calls ``N``;
@@ -49,7 +51,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -92,32 +94,70 @@ from tests.export.readers import (
 
 # ALL_OPS (caslake.store.faults) is every operation kind FaultyStore counts, staging
 # ones included: a fault at call i must match the i-th call counted, or late points never fire.
+# The flat columns (test_crash_new_ops.py builds its own tables with them) ...
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
                     pa.field("f", pa.float64())])
+# ... and this suite's table: those plus nested columns -- a struct with a nested
+# struct, a list and a map -- whose values have NULLs at every level (issue 29).
+GEO = pa.struct([pa.field("lat", pa.float64())])
+TABLE_SCHEMA = pa.schema([*SCHEMA, pa.field("dev", pa.struct([pa.field("os", pa.string()),
+                                                              pa.field("geo", GEO)])),
+                          pa.field("tags", pa.list_(pa.string())),
+                          pa.field("attrs", pa.map_(pa.string(), pa.int64()))])
 # Small files with several row groups, so every append writes several files and
-# deletes address files, row groups and positions.
-WRITE = caslake.WriteOptions(target_file_size=4_000, row_group_size=1_200)
+# deletes address files, row groups and positions (the base: 6 files of 2-3 row groups).
+WRITE = caslake.WriteOptions(target_file_size=7_000, row_group_size=3_500)
 FAST = CommitPolicy(max_attempts=20, base_backoff_s=0.0001, max_backoff_s=0.001,
                     settle_attempts=3)
 PREFIXES = ("data/", "tombstone/", MANIFEST_PREFIX, SEGMENT_PREFIX)
 DEAD_CALLS = 1_000  # more calls than any operation here makes: a dead process stays dead
 
-Row = tuple[int, str | None, float | None]
+Dev = dict[str, Any]  # {"os": str | None, "geo": {"lat": float | None} | None}
+Attrs = list[tuple[str, int | None]]  # a map's entries, as pyarrow lists them
+Row = tuple[int, str | None, float | None, Dev | None, list[str | None] | None, Attrs | None]
 H = TypeVar("H")  # what an operation under test runs on: a Table, a dataset store
 
 
 # --- deterministic data and the model -----------------------------------------------
 
 
+def _dev(i: int, tag: str) -> Dev | None:
+    """NULL struct, NULL leaf, NULL nested struct, NULL nested leaf, or all set."""
+    if i % 11 == 0:
+        return None
+    return {"os": None if i % 3 == 0 else f"{tag}os{i % 4}",
+            "geo": None if i % 7 == 1 else {"lat": None if i % 5 == 2 else i * 0.5}}
+
+
+def _tags(i: int) -> list[str | None] | None:
+    """NULL list, empty list, a NULL element, or plain elements."""
+    if i % 9 == 0:
+        return None
+    if i % 9 == 1:
+        return []
+    return [f"t{i % 5}", None] if i % 2 else [f"t{i % 6}"]
+
+
+def _attrs(i: int) -> Attrs | None:
+    """NULL map, empty map, or two entries (the second's value NULL every third row)."""
+    if i % 8 == 0:
+        return None
+    return [] if i % 8 == 1 else [("k", i), ("n", None if i % 3 else -i)]
+
+
 def rows(lo: int, hi: int, tag: str = "") -> list[Row]:
-    return [(i, None if i % 7 == 0 else f"{tag}s{i % 13}", None if i % 5 == 0 else i * 0.25)
-            for i in range(lo, hi)]
+    return [(i, None if i % 7 == 0 else f"{tag}s{i % 13}", None if i % 5 == 0 else i * 0.25,
+             _dev(i, tag), _tags(i), _attrs(i)) for i in range(lo, hi)]
 
 
 def arrow(rs: list[Row]) -> pa.Table:
-    return pa.table({"id": pa.array([r[0] for r in rs], pa.int64()),
-                     "s": pa.array([r[1] for r in rs], pa.string()),
-                     "f": pa.array([r[2] for r in rs], pa.float64())}, schema=SCHEMA)
+    return pa.table([pa.array([r[k] for r in rs], f.type) for k, f in enumerate(TABLE_SCHEMA)],
+                    schema=TABLE_SCHEMA)
+
+
+def os_is(r: Row, value: str) -> bool:
+    """The model of ``dev.os = value`` (a NULL struct or leaf never matches)."""
+    return r[3] is not None and r[3]["os"] == value
 
 
 def same_rows(table: Table, expected: list[Row], version: int | None = None) -> bool:
@@ -125,12 +165,12 @@ def same_rows(table: Table, expected: list[Row], version: int | None = None) -> 
     got = table.scan(version=version).to_arrow().sort_by("id")
     want = arrow(sorted(expected, key=lambda r: r[0]))
     return got.num_rows == want.num_rows and all(
-        got.column(n).equals(want.column(n)) for n in SCHEMA.names)
+        got.column(n).equals(want.column(n)) for n in TABLE_SCHEMA.names)
 
 
 def build(uri: str) -> list[list[Row]]:
     """Create the base table at ``uri``; return the model: rows per version."""
-    t = caslake.create_table(uri, SCHEMA, write_options=WRITE)
+    t = caslake.create_table(uri, TABLE_SCHEMA, write_options=WRITE)
     versions: list[list[Row]] = [[]]
     cur: list[Row] = []
     for lo, hi in ((0, 2000), (2000, 3000)):
@@ -157,7 +197,7 @@ def _append(t: Table) -> CommitResult:
 
 
 def _delete(t: Table) -> CommitResult:
-    return t.delete("id >= 100 AND id < 1200 OR s = 's3'")
+    return t.delete("id >= 100 AND id < 1200 OR s = 's3' OR dev.os = 'os1'")
 
 
 UPSERT = rows(2900, 3100, tag="u")
@@ -198,7 +238,8 @@ OPS: dict[str, Op] = {
     "compact": Op(_compact, lambda rs: rs),
     "append": Op(_append, lambda rs: rs + rows(3000, 4000)),
     "delete": Op(_delete, lambda rs: [r for r in rs
-                                      if not (100 <= r[0] < 1200 or r[1] == "s3")]),
+                                      if not (100 <= r[0] < 1200 or r[1] == "s3"
+                                              or os_is(r, "os1"))]),
     "upsert": Op(_upsert, _upsert_model),
     "transaction": Op(_transaction, lambda rs: [r for r in rs if not (
         r[2] is None or 2500 <= r[0] <= 2600)] + rows(5000, 5300)),
@@ -940,10 +981,10 @@ class ExportBase:
             version = read_iceberg_hint(open_store(self.uri))
             assert version in self.rows, f"the version hint names {version}"
             meta = f"{open_store(self.uri).uri}/{iceberg_metadata_key(version)}"
-            got = pyiceberg_rows(meta, SCHEMA, properties=self.readers.iceberg)
+            got = pyiceberg_rows(meta, TABLE_SCHEMA, properties=self.readers.iceberg)
             assert got.equals(self.rows[version]), f"Iceberg export of {version} differs"
             return version
-        got = deltalake_rows(self.uri, SCHEMA, storage_options=self.readers.delta)
+        got = deltalake_rows(self.uri, TABLE_SCHEMA, storage_options=self.readers.delta)
         shown = [v for v, want in self.rows.items() if got.equals(want)]
         assert shown, "the Delta export reads as neither caslake version"
         return shown[0]
@@ -1013,10 +1054,10 @@ def test_export_fault_at_every_store_call(local_tables: Tables, target: str, mod
     base = run_export_with_faults(local_tables, target, mode)
     # DuckDB, the third reader, on what the last fault point left (exported at new).
     if target == "delta":
-        got = duckdb_delta_rows(base.uri, SCHEMA)
+        got = duckdb_delta_rows(base.uri, TABLE_SCHEMA)
     else:
         got = duckdb_iceberg_rows(f"{open_store(base.uri).uri}/"
-                                  f"{iceberg_metadata_key(base.new)}", SCHEMA)
+                                  f"{iceberg_metadata_key(base.new)}", TABLE_SCHEMA)
     assert got.equals(base.rows[base.new])
 
 
