@@ -20,6 +20,10 @@ asserts equality (naming the path and the version), and counts the read in a
 * ``dataset.pds`` / ``dataset.spark``: a version's rows written as a Parquet dataset
   (by ``ParquetDatasetStore`` from the scan, and by ``caslake.spark.write_dataset``
   from the reused DataFrame) and read back by both.
+
+Nested values are compared as plain Python values, whoever read them: a struct is a
+``dict`` of its fields, a list a ``list``, a map a ``dict`` of its entries (pyarrow
+lists a map's entries as pairs, Spark gives a ``dict`` and a struct as a ``Row``).
 """
 
 from __future__ import annotations
@@ -48,9 +52,69 @@ class Pred:
         return repr(self.sql)
 
 
+def _text(v: Value) -> str:
+    """A nested value as text that equal values share (a dict's keys sorted)."""
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k!r}:{_text(x)}" for k, x in sorted(v.items())) + "}"
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(_text(x) for x in v) + "]"
+    return repr(v)
+
+
+def sort_key(v: Value) -> tuple[int, Any]:
+    """Orders a column's values: NULL first, then scalars, then nested values (by
+    :func:`_text`, so equal nested values sort alike whoever read them)."""
+    if v is None:
+        return (0, 0)
+    if isinstance(v, dict | list | tuple):
+        return (2, _text(v))
+    return (1, v)
+
+
 def canon(rows: Sequence[Row]) -> list[Row]:
-    return sorted((tuple(r) for r in rows),
-                  key=lambda r: tuple((0, 0) if v is None else (1, v) for v in r))
+    return sorted((tuple(r) for r in rows), key=lambda r: tuple(sort_key(v) for v in r))
+
+
+def _holds_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_holds_map(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _holds_map(t.value_type)
+    return False
+
+
+def _plain(v: Value, t: pa.DataType) -> Value:
+    """A value of Arrow type ``t`` (as ``to_pylist`` gives it) with maps as dicts."""
+    if v is None:
+        return None
+    if pa.types.is_map(t):
+        return {k: _plain(x, t.item_type) for k, x in v}
+    if pa.types.is_struct(t):
+        return {f.name: _plain(v[f.name], f.type) for f in t}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [_plain(x, t.value_type) for x in v]
+    return v
+
+
+def arrow_values(col: pa.ChunkedArray | pa.Array) -> list[Value]:
+    """A column's values, nested ones plain (maps as dicts)."""
+    values = col.to_pylist()
+    return [_plain(v, col.type) for v in values] if _holds_map(col.type) else values
+
+
+def spark_value(v: Value) -> Value:
+    """A value Spark collected, nested ones plain (a struct's ``Row`` as a dict)."""
+    from pyspark.sql import Row as SparkRow
+
+    if isinstance(v, SparkRow):
+        return {k: spark_value(x) for k, x in v.asDict().items()}
+    if isinstance(v, list):
+        return [spark_value(x) for x in v]
+    if isinstance(v, dict):
+        return {k: spark_value(x) for k, x in v.items()}
+    return v
 
 
 @dataclass(frozen=True)
@@ -60,6 +124,19 @@ class Expected:
 
     def where(self, pred: Pred) -> list[Row]:
         return [r for r in self.rows if pred.holds(r)]
+
+    @property
+    def nested(self) -> bool:
+        """Does a row hold a nested value (a struct, list or map that is not NULL)?"""
+        return any(isinstance(v, dict | list) for r in self.rows for v in r)
+
+
+def count(reads: Counter[str], path: str, exp: Expected) -> None:
+    """Count a read of ``path`` that matched ``exp``; ``<path>.nested`` too when
+    ``exp`` holds nested values (so a run shows every path compared them)."""
+    reads[path] += 1
+    if exp.nested:
+        reads[f"{path}.nested"] += 1
 
 
 def diff(got: Sequence[Row], want: Sequence[Row]) -> str:
@@ -79,7 +156,7 @@ def arrow_rows(t: pa.Table, names: Sequence[str], what: str) -> list[Row]:
     """The rows of ``t`` in ``names``' order; ``t`` must have exactly those columns."""
     assert sorted(t.column_names) == sorted(names), (
         f"{what}: columns {t.column_names}, the model has {list(names)}")
-    cols = [t.column(n).to_pylist() for n in names]
+    cols = [arrow_values(t.column(n)) for n in names]
     return canon(list(zip(*cols, strict=True)) if cols else [])
 
 
@@ -92,7 +169,7 @@ def check_scan(table: Any, version: int, exp: Expected, reads: Counter[str]) -> 
         f"scan of version {version}: columns {got.column_names}, model {exp.names}")
     same(arrow_rows(got, exp.names, f"scan v{version}"), exp.rows,
          f"scan of version {version} differs from the model")
-    reads["scan"] += 1
+    count(reads, "scan", exp)
 
 
 # --- Spark -------------------------------------------------------------------------------
@@ -109,7 +186,7 @@ def shared_spark() -> Any:
 def spark_rows(rows: Sequence[Any], names: Sequence[str], df_names: Sequence[str]
                ) -> list[Row]:
     pos = [list(df_names).index(n) for n in names]
-    return canon([tuple(r[i] for i in pos) for r in rows])
+    return canon([tuple(spark_value(r[i]) for i in pos) for r in rows])
 
 
 def check_spark_load(spark: Any, uri: str, version: int, exp: Expected,
@@ -132,7 +209,7 @@ def check_spark_load(spark: Any, uri: str, version: int, exp: Expected,
             f"{what}: count() of the DataFrame after it was read where {p.sql} "
             f"(a pushed filter stuck to the reused DataFrame?)")
         assert df.where(p.sql).count() == len(want), f"{what}: count() where {p.sql}"
-        reads["spark.load.reused"] += 1
+        count(reads, "spark.load.reused", exp)
     same(spark_rows(df.collect(), exp.names, names), exp.rows,
          f"{what}: rows of the reused DataFrame, read again after filtered reads "
          f"({[p.sql for p in preds]})")
@@ -148,17 +225,17 @@ def check_spark_load(spark: Any, uri: str, version: int, exp: Expected,
         got = spark.sql(f"SELECT * FROM {view}").collect()
         same(spark_rows(got, exp.names, names), exp.rows,
              f"{what}: spark.sql SELECT * over the temp view")
-        reads["spark.sql"] += 1
+        count(reads, "spark.sql", exp)
     finally:
         spark.catalog.dropTempView(view)
-    reads["spark.load"] += 1
+    count(reads, "spark.load", exp)
     for p in preds:  # the read option 'where': the DataFrame's own predicate, pruned
         dfw = (spark.read.format("caslake").option("version", str(version))
                .option("where", p.sql).load(uri))
         want = canon(exp.where(p))
         same(spark_rows(dfw.collect(), exp.names, names), want, f"{what} with where={p.sql!r}")
         assert dfw.count() == len(want), f"{what} with where={p.sql!r}: count()"
-        reads["spark.load.where"] += 1
+        count(reads, "spark.load.where", exp)
     if dataset is not None:
         import caslake.spark
         from caslake.dataset import ParquetDatasetStore
@@ -168,7 +245,7 @@ def check_spark_load(spark: Any, uri: str, version: int, exp: Expected,
         got_t = ParquetDatasetStore(root).read_dataset(key)
         same(arrow_rows(got_t, exp.names, key), exp.rows,
              f"{what} written by caslake.spark.write_dataset and read back")
-        reads["dataset.spark"] += 1
+        count(reads, "dataset.spark", exp)
 
 
 def check_native(spark: Any, uri: str, version: int, exp: Expected,
@@ -180,7 +257,7 @@ def check_native(spark: Any, uri: str, version: int, exp: Expected,
     assert tuple(names) == exp.names, f"read_native v{version}: columns {names}"
     same(spark_rows(df.collect(), exp.names, names), exp.rows,
          f"read_native of version {version} differs from the model")
-    reads["spark.native"] += 1
+    count(reads, "spark.native", exp)
 
 
 # --- datasets --------------------------------------------------------------------------
@@ -196,14 +273,14 @@ def check_dataset(spark: Any | None, root: str, key: str, rows: pa.Table, exp: E
     pds.write_dataset(rows, key, overwrite=True)
     same(arrow_rows(pds.read_dataset(key), exp.names, key), exp.rows,
          f"dataset {key} read back by ParquetDatasetStore")
-    reads["dataset.pds"] += 1
+    count(reads, "dataset.pds", exp)
     if spark is not None:
         import caslake.spark
 
         df = caslake.spark.read_dataset(spark, root, key)
         same(spark_rows(df.collect(), exp.names, list(df.columns)), exp.rows,
              f"dataset {key} read back by caslake.spark.read_dataset")
-        reads["dataset.spark"] += 1
+        count(reads, "dataset.spark", exp)
 
 
 # --- the exports -----------------------------------------------------------------------
@@ -237,12 +314,12 @@ def check_iceberg(uri: str, store: Any, model: Sequence[Expected] | Mapping[int,
         got = t.scan(snapshot_id=snap.snapshot_id).to_arrow()
         same(arrow_rows(got, exp.names, "pyiceberg"), exp.rows,
              f"Iceberg export of version {v} read by pyiceberg")
-        reads["iceberg.pyiceberg"] += 1
+        count(reads, "iceberg.pyiceberg", exp)
         got = con.execute(f"SELECT * FROM iceberg_scan('{metadata}', snapshot_from_id => "
                           f"{snap.snapshot_id})").fetch_arrow_table()
         same(arrow_rows(got, exp.names, "DuckDB iceberg_scan"), exp.rows,
              f"Iceberg export of version {v} read by DuckDB iceberg_scan")
-        reads["iceberg.duckdb"] += 1
+        count(reads, "iceberg.duckdb", exp)
     con.close()
     return version
 
@@ -257,13 +334,13 @@ def check_delta(uri: str, exp: Expected, version: int, reads: Counter[str]) -> N
     got = pa.table(QueryBuilder().register("t", dt).execute("SELECT * FROM t"))
     same(arrow_rows(got, exp.names, "deltalake"), exp.rows,
          f"Delta export of version {version} read by deltalake")
-    reads["delta.deltalake"] += 1
+    count(reads, "delta.deltalake", exp)
     con = duck(("delta",))
     got = con.execute(f"SELECT * FROM delta_scan('{uri}')").fetch_arrow_table()
     con.close()
     same(arrow_rows(got, exp.names, "DuckDB delta_scan"), exp.rows,
          f"Delta export of version {version} read by DuckDB delta_scan")
-    reads["delta.duckdb"] += 1
+    count(reads, "delta.duckdb", exp)
 
 
 def delta_columns_diverge(table: Any) -> bool:
