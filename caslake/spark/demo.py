@@ -8,7 +8,11 @@
 4. time-travel to before the erasure;
 5. erase physically: compact the files the erasure touched, gc the old ones,
    and check no Parquet file on storage still holds the user;
-6. print what each step cost: rows, versions, objects written, time.
+6. print what each step cost: rows, versions, objects written, time;
+7. a bronze -> silver -> gold streaming pipeline (:mod:`caslake.spark.pipeline`):
+   streaming reads of the change feed, ``foreachBatch`` upserts into silver made
+   idempotent with a txn app id, an erasure in bronze flowing through to silver
+   and gold, and gold checked against a batch aggregation over bronze.
 
 Run: ``python -m caslake.spark.demo [table-dir] [--rows N]``.
 """
@@ -36,6 +40,7 @@ from pyspark.sql import functions as F
 
 import caslake
 import caslake.spark
+from caslake.spark.pipeline import GoldStage, SilverStage, aggregate
 
 USERS = 50_000
 ERASED_EVENT = 42  # erase the user who made this event
@@ -264,8 +269,85 @@ class Pipeline:
               f"{report['files']} files")
 
 
+class StreamingPipeline:
+    """Step 7: bronze -> silver -> gold, each stage a streaming read of the stage
+    before's change feed (``Trigger.AvailableNow`` here; ``processingTime`` in
+    production)."""
+
+    def __init__(self, spark: SparkSession, root: Path, events_per_batch: int) -> None:
+        self.spark = spark
+        self.n = events_per_batch
+        self.uris = {name: str(root / "pipeline" / name) for name in ("bronze", "silver", "gold")}
+        chk = root / "pipeline" / "_checkpoints"
+        self.silver = SilverStage(spark, self.uris["bronze"], self.uris["silver"],
+                                  str(chk / "silver"), "demo-silver")
+        self.gold = GoldStage(spark, self.uris["silver"], self.uris["gold"], str(chk / "gold"),
+                              "demo-gold")
+
+    def bronze_rows(self, first: int) -> DataFrame:
+        return events(self.spark, first, self.n, partitions=2).drop("event_time")
+
+    def table(self, name: str) -> caslake.Table:
+        return caslake.open_table(self.uris[name])
+
+    def advance(self, title: str) -> None:
+        start = time.perf_counter()
+        self.silver.run()
+        self.gold.run()
+        silver, gold = self.table("silver"), self.table("gold")
+        print(f"   {title}: silver {silver.describe()['rows']:,} rows (v{silver.version}), "
+              f"gold {gold.describe()['rows']:,} users (v{gold.version}), "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+
+    def run(self) -> None:
+        print("\n== streaming pipeline: bronze -> silver -> gold (change feed, foreachBatch "
+              "upserts with txnAppId)", flush=True)
+        bronze_schema = self.bronze_rows(0).schema
+        caslake.spark.save(self.spark.createDataFrame([], bronze_schema), self.uris["bronze"],
+                           mode="append")
+        for name, schema in (("silver", bronze_schema),
+                             ("gold", "user_id string, events long, total double")):
+            caslake.spark.save(self.spark.createDataFrame([], schema), self.uris[name],
+                               mode="append")
+        for i in range(2):
+            self.bronze_rows(i * self.n).write.format("caslake").mode("append") \
+                .save(self.uris["bronze"])
+        self.advance("2 bronze appends streamed")
+        bronze = self.table("bronze")
+        user = str(bronze.scan(where=f"event_id = {ERASED_EVENT}").to_arrow()
+                   .column("user_id")[0])
+        fixes = self.bronze_rows(0).where(F.col("event_id") < 50) \
+            .withColumn("amount", F.col("amount") + 1)
+        caslake.spark.upsert(self.spark, self.uris["bronze"], fixes, "event_id")
+        erased = bronze.refresh().delete(f"user_id = '{user}'")
+        bronze.purge(f"user_id = '{user}'")  # the bytes go too (the delete flows downstream)
+        self.bronze_rows(2 * self.n).write.format("caslake").mode("append") \
+            .save(self.uris["bronze"])
+        print(f"   bronze: 50 corrections (upsert), erasure of {user} ({erased.rows_deleted} "
+              "rows: delete, then purge), 1 more append", flush=True)
+        self.advance("changes streamed")
+        self.check(user)
+
+    def check(self, user: str) -> None:
+        left = self.table("silver").scan(where=f"user_id = '{user}'").count()
+        in_gold = self.table("gold").scan(where=f"user_id = '{user}'").count()
+        bronze = self.spark.read.format("caslake").load(self.uris["bronze"])
+        want = sorted(aggregate(bronze.where("amount IS NOT NULL")).collect())
+        got = sorted(self.spark.read.format("caslake").load(self.uris["gold"]).collect())
+        print(f"   {user} in silver: {left} rows, in gold: {in_gold}; gold equals a batch "
+              f"aggregation over bronze: {got == want}")
+        head = self.table("silver").version
+        replay = self.spark.read.format("caslake").option("readChangeFeed", "true") \
+            .option("startingVersion", "0").load(self.uris["bronze"])
+        self.silver.apply(replay, 0)  # Spark replaying batch 0 after a crash
+        print(f"   batch 0 replayed into silver: version {head} -> "
+              f"{self.table('silver').version} (its txn is recorded: nothing applied)")
+        if left or in_gold or got != want or self.table("silver").version != head:
+            raise RuntimeError("the streaming pipeline's tables disagree with bronze")
+
+
 def run(root: Path, rows: int, appends: int, stream_rows: int,
-        spark: SparkSession | None = None) -> Pipeline:
+        spark: SparkSession | None = None, pipeline_rows: int = 5_000) -> Pipeline:
     """The pipeline; on ``spark`` if given (left running), else on its own session."""
     own = spark is None
     spark = spark or spark_session()
@@ -278,6 +360,7 @@ def run(root: Path, rows: int, appends: int, stream_rows: int,
         p.time_travel(before_erasure, p.erased_user)
         p.physical_erasure(p.erased_user)
         p.report()
+        StreamingPipeline(spark, root, pipeline_rows).run()
         return p
     finally:
         if own:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from caslake.core import txn_applied
 from caslake.spark.dml import upsert
@@ -122,19 +122,22 @@ class GoldStage(Stage):
     def apply(self, batch: DataFrame, batch_id: int) -> None:
         if self.applied(batch_id):
             return
-        users = [r["user_id"] for r in batch.select("user_id").where("user_id IS NOT NULL")
-                 .distinct().collect()]
-        if not users:
-            return  # nothing changed for any user (a replay finds nothing either)
-        last = batch.agg(F.max("_commit_version")).first()[0]  # type: ignore[index]
-        reader = self.spark.read.format("caslake").option("version", str(last))
-        if self.storage_options:
-            reader = reader.option("storage_options", json.dumps(self.storage_options))
-        silver = reader.load(self.source).where(F.col("user_id").isin(users))
-        agg = aggregate(silver)
-        left = {r["user_id"] for r in agg.select("user_id").collect()}
-        self._delete_keys("user_id", [u for u in users if u not in left])
-        self._upsert(agg, "user_id", batch_id)
+        users = batch.select("user_id").where("user_id IS NOT NULL").distinct().cache()
+        try:
+            last = batch.agg(F.max("_commit_version")).first()[0]  # type: ignore[index]
+            if last is None:
+                return  # an empty batch (a replay finds nothing either)
+            reader = self.spark.read.format("caslake").option("version", str(last))
+            if self.storage_options:
+                reader = reader.option("storage_options", json.dumps(self.storage_options))
+            silver = reader.load(self.source).join(users, "user_id", "left_semi")
+            agg = aggregate(silver).cache()
+            gone = users.join(agg, "user_id", "left_anti").collect()
+            self._delete_keys("user_id", [r["user_id"] for r in gone])
+            self._upsert(agg, "user_id", batch_id)
+            agg.unpersist()
+        finally:
+            users.unpersist()
 
 
 def aggregate(silver: DataFrame) -> DataFrame:
