@@ -56,6 +56,7 @@ from caslake.core.requirements import (
     FilesUntouchedSince,
     ReadSetUnchanged,
     SchemaUnchanged,
+    TxnNotApplied,
     UploadsNotCollected,
     write_requirements,
 )
@@ -100,6 +101,7 @@ __all__ = [
     "SwapResult",
     "TableContext",
     "TombstoneCache",
+    "TxnNotApplied",
     "UploadsNotCollected",
     "WriteOptions",
     "adopt_ref_move",

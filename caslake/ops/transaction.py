@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
 
@@ -32,6 +32,8 @@ from caslake.core import (
     Requirement,
     Snapshot,
     TableContext,
+    TxnNotApplied,
+    check_txn,
     run_operation,
 )
 from caslake.errors import InvalidArgument, SchemaMismatch, StoreError
@@ -73,9 +75,13 @@ class Transaction:
     requests and bytes it reports count from its creation, uploads included."""
 
     def __init__(self, context: TableContext, *, read_version: int | None = None,
-                 planner: Planner | None = None, started: dict[str, int] | None = None
-                 ) -> None:
+                 planner: Planner | None = None, started: dict[str, int] | None = None,
+                 txn: tuple[str, int] | None = None) -> None:
         self._ctx = context
+        # Idempotent commits: ``(app id, version)`` recorded with this commit; a
+        # base that already records it makes the commit a no-op (docs/protocol.md,
+        # "Transactions and upsert").
+        self._txn = check_txn(txn) if txn is not None else None
         # ``started``: ``context.meter()`` taken before files staged here were uploaded
         # elsewhere (Spark's upsert), so the gc fence and the costs count from then.
         self._started = started if started is not None else context.meter()
@@ -166,8 +172,10 @@ class Transaction:
         state: dict[str, Any] = {"plan": None, "refs": (), "dropped": (), "hidden": 0}
         commit_id = new_token()
         requirements: tuple[Requirement, ...] = ()
+        if self._txn is not None:
+            requirements = (TxnNotApplied(self._txn),)  # checked first: a replay is a no-op
         if self._read_version is not None:
-            requirements = (ReadSetUnchanged(self._read_version, conditions, operation),)
+            requirements += (ReadSetUnchanged(self._read_version, conditions, operation),)
 
         def plan_on(base: Snapshot) -> None:
             plan = self._planner(io, ctx.footers, ctx.tombstones, base, conditions)
@@ -185,8 +193,11 @@ class Transaction:
                 plan_on(base)
             refs: tuple[TombstoneRef, ...] = state["refs"]
             dropped: tuple[DataFile, ...] = state["dropped"]
-            return changes_for(operation, refs, dropped, files, dict(self._params),
-                               state["hidden"])
+            changes = changes_for(operation, refs, dropped, files, dict(self._params),
+                                  state["hidden"])
+            if changes is None and self._txn is not None:  # nothing to change: still
+                changes = Changes(operation, params=dict(self._params))  # record the txn
+            return None if changes is None else replace(changes, txn=self._txn)
 
         self.result = run_operation(ctx, operation, prepare, requirements=requirements,
                                     started=self._started, commit_id=commit_id)

@@ -42,7 +42,6 @@ from pyspark.sql.types import BinaryType, LongType, StringType, StructField, Str
 
 from caslake.core import (
     POSITION,
-    Changes,
     Condition,
     FileTask,
     FooterCache,
@@ -56,9 +55,7 @@ from caslake.core import (
     external_uris,
     noop_result,
     route,
-    run_operation,
     txn_applied,
-    write_requirements,
 )
 from caslake.errors import (
     CaslakeError,
@@ -291,29 +288,20 @@ def upsert_once(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str]
                 txn: tuple[str, int], *, storage_options: StorageOptions | None = None,
                 broadcast_keys_limit: int = BROADCAST_KEYS_LIMIT) -> CommitResult:
     """An upsert applied once per ``txn`` = ``(app id, version)`` (a streaming
-    ``foreachBatch``'s app id and batch id): a no-op when the table's ``txns`` have
-    that app id at this version or later; else the upsert commits, then a version
-    recording the txn (no data).  A replay between the two applies the same upsert
-    again, which leaves the same rows (an upsert of one batch is idempotent), and
-    then records the txn: the table's rows are as if the batch ran once."""
+    ``foreachBatch``'s app id and batch id), in one commit that records the txn:
+    a no-op when the table's ``txns`` already have that app id at this version or
+    later (checked before any work, and again by the commit against its base)."""
     txn = check_txn(txn)
     table = open_table(uri, storage_options=storage_options)
     if txn_applied(table.snapshot.manifest.txns, txn):
         return noop_result(table.context, "upsert", table.snapshot,
                            started=table.context.meter())
-    _upsert(spark, uri, df, key, storage_options, broadcast_keys_limit)
-    table.refresh()
-    ctx = table.context
-    schema = ctx.snapshot.manifest.schema
-    record = Changes("append", params={"engine": "spark", "txn_app_id": txn[0]}, txn=txn)
-    return run_operation(ctx, "append", lambda base: record,
-                         requirements=write_requirements("append", schema, txn=txn),
-                         started=ctx.meter())
+    return _upsert(spark, uri, df, key, storage_options, broadcast_keys_limit, txn=txn)
 
 
 def _upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | str,
-            storage_options: StorageOptions | None, broadcast_keys_limit: int
-            ) -> CommitResult:
+            storage_options: StorageOptions | None, broadcast_keys_limit: int,
+            txn: tuple[str, int] | None = None) -> CommitResult:
     """Apply a CDC batch in one commit: delete the live rows whose ``key`` columns
     equal a key of ``df`` (NULL keys never match), and append ``df``'s rows.
 
@@ -369,11 +357,16 @@ def _upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | s
                 first_plan_failed = plans == 1
                 raise
 
-        tx = Transaction(table.context, planner=planner, started=started)
+        tx = Transaction(table.context, planner=planner, started=started, txn=txn)
         tx.stage("upsert", files=files, conditions=[cond] if cond is not None else [],
                  params={"key": ",".join(keys), "engine": "spark"})
         provable = False
-        return tx.commit()
+        result = tx.commit()
+        if result.noop:  # a replayed txn: no version references the files
+            for written in files:
+                with contextlib.suppress(StoreError):
+                    table.store.delete(written.path)
+        return result
     except BaseException as e:
         if provable or first_plan_failed or isinstance(e, CommitConflict | UserInputError):
             for written in files:  # no manifest references them
