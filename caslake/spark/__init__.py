@@ -32,11 +32,11 @@ from caslake.errors import OptionalDependencyMissing
 from caslake.spark.dataset import read_dataset, write_dataset
 from caslake.spark.dml import delete, upsert
 from caslake.spark.native import read_native
+from caslake.spark.read_plan import CaslakePartition
 from caslake.spark.save import save
 from caslake.spark.source import (
     SOURCE_NAME,
     CaslakeDataSource,
-    CaslakePartition,
     CaslakeReader,
 )
 from caslake.spark.stream import CaslakeStreamWriter

@@ -48,7 +48,7 @@ from caslake.ops.change_feed import (
     resolve_range,
 )
 from caslake.spark.messages import table_schema_from_json
-from caslake.spark.source import (
+from caslake.spark.read_plan import (
     MIN_PARTITIONS,
     READ_BATCH_ROWS,
     CaslakePartition,

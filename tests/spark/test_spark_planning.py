@@ -17,14 +17,8 @@ import pytest
 import caslake
 from caslake.core import WriteOptions
 from caslake.errors import InvalidArgument
-from caslake.spark.source import (
-    CaslakeDataSource,
-    CaslakePartition,
-    CaslakeReader,
-    plan_partitions,
-    read_partition,
-    split_bytes,
-)
+from caslake.spark.read_plan import CaslakePartition, plan_partitions, read_partition, split_bytes
+from caslake.spark.source import CaslakeDataSource, CaslakeReader
 
 pytestmark = pytest.mark.spark
 
