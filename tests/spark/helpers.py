@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -25,6 +26,13 @@ def local_spark() -> SparkSession:
     workers run this interpreter."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Workers unpickle functions of the tests package: they need the repository on
+    # their path whatever the directory the first caller stood in (the doc-block
+    # test starts the session from a temporary directory).
+    repo = str(Path(__file__).resolve().parents[2])
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if repo not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([repo, *filter(None, paths)])
     session = (SparkSession.builder.master("local[2]").appName("caslake-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
