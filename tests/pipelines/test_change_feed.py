@@ -214,10 +214,12 @@ def test_an_expired_version_names_the_oldest_readable() -> None:
     t = new_table()
     for lo in range(0, 50, 10):
         t.append(arrow(rows(lo, lo + 10)))
-    t.gc(retention=timedelta(0), force=True)  # only the head's version is kept
+    t.gc(retention=timedelta(0), force=True)  # versions older than now expire
     head = t.refresh().version
     oldest = t.snapshot.manifest.oldest_version
-    assert oldest >= 5
+    # Commit times have millisecond resolution: a version made in gc's own
+    # millisecond is not older than it and stays (CI saw 4 here once).
+    assert oldest >= 2
     with pytest.raises(VersionExpired) as e:
         t.changes(oldest)  # needs oldest - 1
     assert e.value.oldest_readable == oldest + 1
