@@ -1,7 +1,5 @@
 """``python -m caslake.cli``."""
 
-import sys
+from caslake.cli.main import console_main
 
-from caslake.cli.main import main
-
-sys.exit(main())
+console_main()

@@ -998,5 +998,22 @@ def _quiet_stdout() -> None:
         pass
 
 
+def console_main() -> None:
+    """The process entry point (the ``caslake`` script and ``python -m caslake.cli``).
+
+    After :func:`main` has joined caslake's pools and flushed the output, the process
+    ends with ``os._exit``: interpreter teardown is skipped, so a native thread some
+    library left running (Arrow's, the AWS SDK's) cannot be destroyed mid-call, which
+    aborts the process with rc -6 ("terminate called without an active exception",
+    issue 27) after the command has already succeeded."""
+    import os
+
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()
