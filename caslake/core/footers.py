@@ -57,3 +57,7 @@ class FooterCache:
 
     def get(self, store: ObjectStore, f: DataFile) -> FooterInfo:
         return self._lru.get_or_load((f.path, f.etag), lambda: read_footer(store, f))
+
+    def cached(self, f: DataFile) -> FooterInfo | None:
+        """The footer if it is in the cache already (no I/O), else None."""
+        return self._lru.get((f.path, f.etag))

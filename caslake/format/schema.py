@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -180,8 +181,9 @@ class Field:
     def nested(self) -> bool:
         return self.type in NESTED
 
-    @property
+    @cached_property
     def arrow_type(self) -> pa.DataType:
+        """The Arrow type (computed once per field: a scan asks for it per column)."""
         if self.type == STRUCT:
             return pa.struct([c.arrow_field() for c in self.children])
         if self.type == LIST:
@@ -195,6 +197,10 @@ class Field:
     def arrow_field(self) -> pa.Field[Any]:
         """This field as an Arrow field with its id (and its children's) as
         ``PARQUET:field_id`` metadata."""
+        return self._arrow_field
+
+    @cached_property
+    def _arrow_field(self) -> pa.Field[Any]:
         return pa.field(self.name, self.arrow_type, nullable=self.nullable,
                         metadata={FIELD_ID_KEY: str(self.id).encode()})
 
@@ -303,6 +309,10 @@ class TableSchema:
         return TableSchema(tuple(fields), highest_field_id=ids.last)
 
     def to_arrow(self) -> pa.Schema:
+        return self._arrow_schema
+
+    @cached_property
+    def _arrow_schema(self) -> pa.Schema:
         return pa.schema([f.arrow_field() for f in self.fields])
 
     @property

@@ -552,7 +552,13 @@ class Scan(ArrowExport):
                     if nxt is None:
                         return
                     f, mask = nxt
-                    window.append((f, mask, pool.submit(self._footers.get, self._store, f)))
+                    hit = self._footers.cached(f)
+                    if hit is not None:  # no I/O to overlap: no thread hand-off either
+                        done: Future[FooterInfo] = Future()
+                        done.set_result(hit)
+                        window.append((f, mask, done))
+                    else:
+                        window.append((f, mask, pool.submit(self._footers.get, self._store, f)))
             refill()
             while window:
                 f, mask, fut = window.popleft()
