@@ -250,7 +250,7 @@ def encode_row_group(fmd: Any, index: int, kept: pa.Table, rg_bytes: bytes) -> E
             "use_dictionary": settings.use_dictionary or False,
             "column_encoding": settings.column_encoding or None,
             "data_page_version": settings.data_page_version}
-        options["store_decimal_as_integer"] = _decimal_as_integer(source, kept.schema)
+        options["store_decimal_as_integer"] = _decimal_as_integer(fmd)
         writer = pq.ParquetWriter(
             sink, kept.schema, **options,
             write_statistics=settings.write_statistics,
@@ -277,13 +277,14 @@ def encode_row_group(fmd: Any, index: int, kept: pa.Table, rg_bytes: bytes) -> E
                         num_rows=int(rg.num_rows))
 
 
-def _decimal_as_integer(source: Any, schema: pa.Schema) -> bool:
+def _decimal_as_integer(fmd: Any) -> bool:
     """Whether the source stored its decimals as INT32/INT64 (caslake's writer does;
-    older files and other writers use FIXED_LEN_BYTE_ARRAY)."""
-    decimals = {f.name for f in schema if pa.types.is_decimal(f.type)}
-    return any(c.meta_data is not None and c.meta_data.path_in_schema[0] in decimals
-               and c.meta_data.type in (parquet.Type.INT32, parquet.Type.INT64)
-               for c in source.columns)
+    older files and other writers use FIXED_LEN_BYTE_ARRAY), at any depth: a decimal
+    inside a struct, list or map counts as one at the top level does."""
+    return any((e.converted_type == parquet.ConvertedType.DECIMAL
+                or (e.logicalType is not None and e.logicalType.DECIMAL is not None))
+               and e.type in (parquet.Type.INT32, parquet.Type.INT64)
+               for e in fmd.schema)
 
 
 def _check_same_columns(source: Any, new: Any, index: int) -> None:

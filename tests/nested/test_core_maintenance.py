@@ -78,3 +78,32 @@ def test_purge_splices_files_that_pyarrow_and_duckdb_read(tmp_path: object) -> N
     assert duckdb.sql(f"select id, tags, dev, items, attrs, grid from read_parquet([{listed}])"
                       " order by id").fetchall() == duck(
         "select id, tags, dev, items, attrs, grid from w order by id", w=want)
+
+
+def test_purge_splices_decimals_at_every_depth(tmp_path: object) -> None:
+    """caslake stores decimals as INT32/INT64 (``store_decimal_as_integer``); a
+    re-encoded row group must do the same for a decimal inside a struct, a list
+    and a map, or the splice refuses (it did when no decimal was at the top)."""
+    from decimal import Decimal
+
+    d = pa.decimal128(10, 2)
+    schema = pa.schema([("id", pa.int64()),
+                        ("s", pa.struct([("price", d)])),
+                        ("l", pa.list_(pa.struct([("price", d)]))),
+                        ("m", pa.map_(pa.string(), d))])
+    root = f"{tmp_path}/t"
+    t = caslake.create_table(root, schema, write_options=SMALL)
+    data = pa.Table.from_pylist([
+        {"id": i, "s": {"price": Decimal(i) / 10},
+         "l": [{"price": Decimal(i)}, None] if i % 3 else None,
+         "m": [("a", Decimal(i) / 4 if i % 4 else None)]} for i in range(600)], schema=schema)
+    t.append(data)
+    report = t.purge("id between 100 and 130")
+    assert report.row_groups_reencoded > 0
+    want = data.filter(pc.invert(pc.and_(pc.greater_equal(data["id"], 100),
+                                         pc.less_equal(data["id"], 130))))
+    files = [f["uri"] for f in t.live_files()]
+    listed = ", ".join(f"'{u}'" for u in files)
+    assert duckdb.sql(f"select id, s, l, m from read_parquet([{listed}]) order by id"
+                      ).fetchall() == duck("select id, s, l, m from w order by id", w=want)
+    assert _rows(t) == want.to_pylist()
