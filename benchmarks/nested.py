@@ -20,7 +20,6 @@ Run: ``python -m benchmarks.nested [--quick]`` (sf 0.1 quick, else 1).
 from __future__ import annotations
 
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -34,11 +33,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import caslake
-from benchmarks.timing import Row, print_rows
+from benchmarks.timing import Row, interleaved_medians, print_rows
 from benchmarks.tpch import ensure_data
 
 LEAF = "info.priority"
-RUNS = 5
+RUNS = 9
 
 NEST = """
 SELECT o.o_orderkey, o.o_custkey, o.o_orderdate, o.o_totalprice,
@@ -60,16 +59,6 @@ def nested_orders(sf: float) -> pa.Table:
     con = duckdb.connect()
     sql = NEST.format(orders=src / "orders.parquet", lineitem=src / "lineitem.parquet")
     return con.execute(sql).fetch_arrow_table()
-
-
-def median_time(fn: Callable[[], Any], runs: int = RUNS) -> float:
-    fn()  # warm
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def leaf_values(t: pa.Table) -> int:
@@ -149,8 +138,11 @@ def main(quick: bool = False) -> list[Row]:
         assert ours["full"]().num_rows == data.num_rows
         assert leaf_values(ours["leaf"]()) == leaf_values(peers.scans["pyarrow"]["leaf"]())
         for scan, label in (("full", "full scan"), ("leaf", f"one-leaf projection ({LEAF})")):
-            mine = median_time(ours[scan])
-            theirs = {name: median_time(s[scan]) for name, s in peers.scans.items()}
+            medians = interleaved_medians(
+                {"caslake": ours[scan], **{name: s[scan] for name, s in peers.scans.items()}},
+                RUNS)
+            mine = medians.pop("caslake")
+            theirs = medians
             best = min(theirs, key=lambda k: theirs[k])
             rows.append(Row(f"nested orders sf{sf:g} ({data.num_rows:,} orders): {label}, "
                             f"median of {RUNS}", mine, theirs[best], best, "<= 1.0x best peer",

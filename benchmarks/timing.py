@@ -30,6 +30,23 @@ def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
     return statistics.median(times)
 
 
+def interleaved_medians(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
+    """Median wall time of each of ``fns`` over ``runs`` rounds, after one warm call
+    each.  Every round times each system once, in rotating order, so load from
+    elsewhere on the machine falls on all of them alike rather than on whichever
+    happened to run while it lasted."""
+    names = list(fns)
+    for name in names:
+        fns[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(runs):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     """(wall seconds, result) of one call."""
     t0 = time.perf_counter()
