@@ -7,6 +7,7 @@ import sys
 from benchmarks import append as append_bench
 from benchmarks import (
     change_feed,
+    commit_throughput,
     core,
     deletes,
     metadata,
@@ -35,6 +36,10 @@ def main() -> int:
     export_bench.main(quick=quick)
     dataset_bench.main(quick=quick)
     nested.main(quick=quick)
+    if quick:
+        commit_throughput.main((1, 8), (15.0,), 20.0)
+    else:
+        commit_throughput.main((1, 8, 64), (15.0, 5.0, 1.0), 30.0)
     spark_bench.main(quick=quick)
     predicates.main(0.1 if quick else 1.0)
     paths = scan_paths.main(0.1 if quick else 1.0, [1, 2], append=True)

@@ -233,6 +233,19 @@ def _history_writer(table: caslake.Table, log: HistoryLog, rng: random.Random, i
                    functools.partial(table.upsert, _rows(rows), key=["id"]))
 
 
+def _appender(table: caslake.Table, log: HistoryLog, rng: random.Random, index: int,
+              stop: float) -> None:
+    """Appends only, of 1-100 fresh rows each: the commit-throughput workload."""
+    next_id = index * ID_STRIDE
+    gen = 0
+    while time.time() < stop:
+        gen += 1
+        ids = range(next_id, next_id + rng.randint(1, 100))
+        next_id += len(ids)
+        rows = [[i, index, gen] for i in ids]
+        run_op(log, "append", {"rows": rows}, functools.partial(table.append, _rows(rows)))
+
+
 def _rows(rows: list[list[int]]) -> pa.Table:
     return pa.table({"id": pa.array([r[0] for r in rows], pa.int64()),
                      "writer": pa.array([r[1] for r in rows], pa.int64()),
@@ -324,7 +337,8 @@ def worker_main(spec_path: str) -> int:
     """Entry point of one worker process (``--worker SPEC``)."""
     spec = json.loads(Path(spec_path).read_text())
     table = caslake.open_table(spec["uri"], storage_options=spec["opts"] or None)
-    table.commit_policy = STRESS_POLICY
+    if spec.get("policy") != "default":  # "default": as a user runs it
+        table.commit_policy = STRESS_POLICY
     rng = random.Random(spec["seed"])
     log = HistoryLog(spec["history"], spec["name"])
     Path(spec["ready"]).touch()
@@ -333,6 +347,8 @@ def worker_main(spec_path: str) -> int:
     try:
         if role == "writer":
             _history_writer(table, log, rng, int(spec["index"]), stop)
+        elif role == "appender":
+            _appender(table, log, rng, int(spec["index"]), stop)
         elif role == "reader":
             _history_reader(table, log, stop)
         elif role == "bank":
@@ -804,6 +820,30 @@ def run_history(uri: str, opts: StorageOptions | None, *, writers: int, readers:
              for w in range(writers)]
     specs += [(f"reader{i}", {**base, "role": "reader", "seed": seed * 1000 + 500 + i})
               for i in range(readers)]
+    window = _run_processes(work, specs, seconds, result.failures)
+    records, problems = load_records(work)
+    result.failures.extend(f"history: {p}" for p in problems)
+    report = check_history_run(uri, opts, records, verify_versions=verify_versions)
+    result.failures.extend(report.failures)
+    result.facts.update(report.facts)
+    metrics(result, records, window)
+    return result
+
+
+def run_appends(uri: str, opts: StorageOptions | None, *, writers: int, seconds: float,
+                workdir: str | Path, backend: str = "", seed: int = 0,
+                user_policy: bool = True, verify_versions: int = 24) -> RunResult:
+    """Create a table at ``uri``; ``writers`` processes append 1-100-row batches for
+    ``seconds`` (with the default commit policy, as a user runs it, unless
+    ``user_policy`` is False); check the history (every acknowledged append in
+    exactly one version, no failed one in any)."""
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    caslake.create_table(uri, HISTORY_SCHEMA, storage_options=opts or None)
+    result = RunResult(backend, "appends", writers, seconds, workdir=str(work))
+    base = {"uri": uri, "opts": opts or {}, "policy": "default" if user_policy else "stress"}
+    specs = [(f"appender{w}", {**base, "role": "appender", "index": w + 1,
+                               "seed": seed * 1000 + w}) for w in range(writers)]
     window = _run_processes(work, specs, seconds, result.failures)
     records, problems = load_records(work)
     result.failures.extend(f"history: {p}" for p in problems)

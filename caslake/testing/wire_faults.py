@@ -24,6 +24,13 @@ rules in order (HTTP method, key prefix, seeded rate); kinds:
     lands after the client was told it failed.
 
 The first matching rule of any kind but ``"delay"`` decides the request.
+
+``cas_rate_limit`` (per second, None: off) caps how often one key can be
+compare-and-swapped, as stores do (S3 ~15/s measured, GCS one write per second
+per object name): a conditional PUT (``If-Match``/``If-None-Match``) to a key
+that accepted one less than ``1/limit`` seconds ago is answered ``503
+SlowDown`` and not forwarded (counted as ``"cas_rate_limit"``).  Each key has
+its own window, so create-only PUTs to distinct keys are never limited.
 Every fault that fires is counted by kind (:meth:`FaultProxy.fired`), so a
 test can assert that each fault it set up really happened.
 
@@ -48,6 +55,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html import unescape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 KINDS = ("slowdown", "reset", "lost_reply", "delay", "late")
@@ -102,6 +110,8 @@ class _State:
     requests: dict[str, int] = field(default_factory=dict)
     connections: threading.BoundedSemaphore = field(
         default_factory=lambda: threading.BoundedSemaphore(256))
+    cas_rate_limit: float | None = None
+    cas_last: dict[str, float] = field(default_factory=dict)  # key -> last accepted CAS
 
 
 def request_key(path: str) -> tuple[str, str]:
@@ -160,6 +170,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not key and self.command == "POST":  # a bulk DELETE names its keys in the body
             found = _XML_KEY.search(body)
             key = unescape(found.group(1).decode("utf-8", "replace")) if found else ""
+        if self.command == "PUT" and not self.server.cas_allowed(key, self.headers):
+            self._reply(503, [("Content-Type", "application/xml")], _SLOWDOWN_BODY)
+            return
         decided = self.server.decide(self.command, key)
         for fault in decided:
             if fault.kind == "delay":
@@ -253,6 +266,21 @@ class _Server(ThreadingHTTPServer):
                     break
         return out
 
+    def cas_allowed(self, key: str, headers: Any) -> bool:
+        """Whether a PUT passes the per-key rate limit on conditional PUTs."""
+        s = self.state
+        if s.cas_rate_limit is None or not (headers.get("If-Match")
+                                            or headers.get("If-None-Match")):
+            return True
+        now = time.monotonic()
+        with s.lock:
+            last = s.cas_last.get(key)
+            if last is not None and now - last < 1.0 / s.cas_rate_limit:
+                s.fired["cas_rate_limit"] = s.fired.get("cas_rate_limit", 0) + 1
+                return False
+            s.cas_last[key] = now
+            return True
+
     def uniform(self, lo: float, hi: float) -> float:
         with self.state.lock:
             return self.state.rng.uniform(lo, hi)
@@ -265,13 +293,17 @@ class FaultProxy:
     """The proxy; use :func:`run_fault_proxy` (a context manager) to run one."""
 
     def __init__(self, upstream_url: str, faults: Sequence[WireFault] = (), *,
-                 seed: int = 0, lifetime_s: float = 900.0, max_connections: int = 256) -> None:
+                 seed: int = 0, lifetime_s: float = 900.0, max_connections: int = 256,
+                 cas_rate_limit: float | None = None) -> None:
         parts = urlsplit(upstream_url)
         if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "localhost"):
             raise ValueError(f"the fault proxy forwards to a loopback http:// server only, "
                              f"not {upstream_url!r}")
         self._state = _State(list(faults), random.Random(seed))
         self._state.connections = threading.BoundedSemaphore(max_connections)
+        if cas_rate_limit is not None and cas_rate_limit <= 0:
+            raise ValueError(f"cas_rate_limit must be > 0, not {cas_rate_limit!r}")
+        self._state.cas_rate_limit = cas_rate_limit
         self._server = _Server((parts.hostname, parts.port or 80), self._state)
         self.port = int(self._server.server_address[1])
         self.endpoint = f"http://127.0.0.1:{self.port}"
@@ -315,9 +347,11 @@ class FaultProxy:
 
 @contextmanager
 def run_fault_proxy(upstream_url: str, faults: Sequence[WireFault] = (), *, seed: int = 0,
-                    lifetime_s: float = 900.0) -> Iterator[FaultProxy]:
+                    lifetime_s: float = 900.0, cas_rate_limit: float | None = None
+                    ) -> Iterator[FaultProxy]:
     """Start a proxy in front of ``upstream_url`` on a free loopback port; stop it on exit."""
-    proxy = FaultProxy(upstream_url, faults, seed=seed, lifetime_s=lifetime_s).start()
+    proxy = FaultProxy(upstream_url, faults, seed=seed, lifetime_s=lifetime_s,
+                       cas_rate_limit=cas_rate_limit).start()
     try:
         yield proxy
     finally:
