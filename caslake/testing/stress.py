@@ -811,23 +811,13 @@ def run_history(uri: str, opts: StorageOptions | None, *, writers: int, readers:
                 seconds: float, workdir: str | Path, backend: str = "", seed: int = 0,
                 verify_versions: int = 24) -> RunResult:
     """Create a table at ``uri``, run the history workload, check it."""
-    work = Path(workdir)
-    work.mkdir(parents=True, exist_ok=True)
-    caslake.create_table(uri, HISTORY_SCHEMA, storage_options=opts or None)
-    result = RunResult(backend, "history", writers, seconds, workdir=str(work))
     base = {"uri": uri, "opts": opts or {}}
     specs = [(f"writer{w}", {**base, "role": "writer", "index": w + 1, "seed": seed * 1000 + w})
              for w in range(writers)]
     specs += [(f"reader{i}", {**base, "role": "reader", "seed": seed * 1000 + 500 + i})
               for i in range(readers)]
-    window = _run_processes(work, specs, seconds, result.failures)
-    records, problems = load_records(work)
-    result.failures.extend(f"history: {p}" for p in problems)
-    report = check_history_run(uri, opts, records, verify_versions=verify_versions)
-    result.failures.extend(report.failures)
-    result.facts.update(report.facts)
-    metrics(result, records, window)
-    return result
+    return _run_history_checked(uri, opts, "history", writers, specs, seconds, workdir,
+                                backend, verify_versions)
 
 
 def run_appends(uri: str, opts: StorageOptions | None, *, writers: int, seconds: float,
@@ -837,13 +827,21 @@ def run_appends(uri: str, opts: StorageOptions | None, *, writers: int, seconds:
     ``seconds`` (with the default commit policy, as a user runs it, unless
     ``user_policy`` is False); check the history (every acknowledged append in
     exactly one version, no failed one in any)."""
-    work = Path(workdir)
-    work.mkdir(parents=True, exist_ok=True)
-    caslake.create_table(uri, HISTORY_SCHEMA, storage_options=opts or None)
-    result = RunResult(backend, "appends", writers, seconds, workdir=str(work))
     base = {"uri": uri, "opts": opts or {}, "policy": "default" if user_policy else "stress"}
     specs = [(f"appender{w}", {**base, "role": "appender", "index": w + 1,
                                "seed": seed * 1000 + w}) for w in range(writers)]
+    return _run_history_checked(uri, opts, "appends", writers, specs, seconds, workdir,
+                                backend, verify_versions)
+
+
+def _run_history_checked(uri: str, opts: StorageOptions | None, workload: str, writers: int,
+                         specs: list[tuple[str, dict[str, Any]]], seconds: float,
+                         workdir: str | Path, backend: str, verify_versions: int) -> RunResult:
+    """Create the history table at ``uri``, run ``specs`` as processes, check the run."""
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    caslake.create_table(uri, HISTORY_SCHEMA, storage_options=opts or None)
+    result = RunResult(backend, workload, writers, seconds, workdir=str(work))
     window = _run_processes(work, specs, seconds, result.failures)
     records, problems = load_records(work)
     result.failures.extend(f"history: {p}" for p in problems)
