@@ -30,6 +30,7 @@ from caslake.core import (
     CommitPolicy,
     CommitResult,
     FooterCache,
+    GroupWrite,
     HistoryEntry,
     MetadataIO,
     Scan,
@@ -351,8 +352,11 @@ class Table(ArrowExport):
             return noop_result(ctx, operation, start, started=started, commit_id="")
         prepare = write_prepare(operation, files, remove_all=remove_all, txn=txn,
                                 params=params)
+        # A plain append does not depend on the base: it may join a group commit.
+        group = (GroupWrite(operation, tuple(files), schema, None)
+                 if not remove_all and txn is None and merged is None and not params else None)
         return run_operation(
-            ctx, operation, lambda base: with_schema(prepare(base), merged),
+            ctx, operation, lambda base: with_schema(prepare(base), merged), group=group,
             # A merge-mode append changes the schema itself: even a concurrent
             # add_column is a conflict (its column would vanish under our schema).
             requirements=write_requirements(operation, schema, txn=txn,

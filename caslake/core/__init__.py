@@ -33,6 +33,7 @@ from caslake.core.conflicts import (
     touched_since,
 )
 from caslake.core.footers import FooterCache, read_footer
+from caslake.core.group import INTENT_PREFIX, GroupWrite, IntentSkipped
 from caslake.core.history import COMPACT, HistoryEntry, complete_summary
 from caslake.core.metadata_io import MetadataIO, Snapshot
 from caslake.core.pointer import (
@@ -73,6 +74,7 @@ from caslake.core.write_options import MiB, WriteOptions
 
 __all__ = [
     "COMPACT",
+    "INTENT_PREFIX",
     "POSITION",
     "STARTED_AT_MS",
     "ArrowExport",
@@ -84,7 +86,9 @@ __all__ = [
     "FileTask",
     "FilesUntouchedSince",
     "FooterCache",
+    "GroupWrite",
     "HistoryEntry",
+    "IntentSkipped",
     "KeyCondition",
     "MetadataIO",
     "MiB",

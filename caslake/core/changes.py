@@ -34,6 +34,7 @@ from caslake.format import (
 from caslake.format.keys import manifest_key
 from caslake.format.manifest import (
     AncestorRef,
+    AppliedIntent,
     DataFile,
     Manifest,
     SegmentRef,
@@ -72,6 +73,8 @@ class Changes:
     schema: TableSchema | None = None
     # A partition spec change (format 5): the new version's partition specs.
     partitioning: Partitioning | None = None
+    # Group commit: the intents this version applies (their files are in add_files).
+    intents: tuple[AppliedIntent, ...] = ()
 
 
 class Requirement(Protocol):
@@ -281,6 +284,7 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
         external=bm.external,
         collected_until_ms=max(bm.collected_until_ms, changes.collected_until_ms or 0),
         partitioning=changes.partitioning or bm.partitioning,
+        intents=changes.intents,
         # Segment objects are format 3: the first commit that references one raises
         # the table's version (docs/format.md, "Format version rule"); never lowered.
         format_version=max(

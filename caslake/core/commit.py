@@ -34,6 +34,7 @@ references is ever deleted.
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,16 @@ from functools import partial
 from typing import TypeVar
 
 from caslake.core.changes import Changes, Requirement, apply_changes
+from caslake.core.group import (
+    MARGIN_MS,
+    GroupWrite,
+    Intent,
+    IntentReader,
+    fold_prepare,
+    new_intent,
+    publish,
+    remove_intent,
+)
 from caslake.core.metadata_io import MetadataIO, Snapshot
 from caslake.core.pointer import CommitPolicy, backoff, put_new, settle, swap_record
 from caslake.core.segments import write_segment
@@ -77,16 +88,17 @@ def _now_ms() -> int:
 
 
 def landed(io: MetadataIO, commit_id: str, version: int,
-           pointer_key: str | None = None) -> bool | None:
-    """Did our commit land at ``version``?  True, False, or None if the pointer has
-    not reached ``version`` (our write may still be in flight: nothing is provable)."""
+           pointer_key: str | None = None) -> Snapshot | bool | None:
+    """Did our commit land at ``version``?  The snapshot there if it holds our commit
+    (our manifest, or a group fold that applied our intent), False if another commit
+    without ours holds it, None if the pointer has not reached ``version`` (our
+    write may still be in flight: nothing is provable)."""
     pointer, _ = io.read_pointer(pointer_key)
-    if pointer.commit_id == commit_id:
-        return True
+    head = io.snapshot_for_pointer(pointer)
     if pointer.version < version:
         return None
-    head = io.snapshot_for_pointer(pointer)
-    return io.at_version(head, version).manifest.commit_id == commit_id
+    snap = io.at_version(head, version)
+    return snap if snap.manifest.has_commit(commit_id) else False
 
 
 def find_commit(io: MetadataIO, commit_id: str, *, after: int,
@@ -106,7 +118,7 @@ def find_commit(io: MetadataIO, commit_id: str, *, after: int,
     head = io.snapshot_for_pointer(pointer)
     if head.version > after:
         for snap in io.history(head, limit=head.version - after):
-            if snap.manifest.commit_id == commit_id:
+            if snap.manifest.has_commit(commit_id):
                 return True
     if aimed is not None and head.version >= aimed:
         return False
@@ -114,7 +126,7 @@ def find_commit(io: MetadataIO, commit_id: str, *, after: int,
 
 
 def _settle(io: MetadataIO, commit_id: str, version: int, policy: CommitPolicy,
-            pointer_key: str) -> bool | None:
+            pointer_key: str) -> Snapshot | bool | None:
     return settle(lambda: landed(io, commit_id, version, pointer_key), commit_id=commit_id,
                   version=version, policy=policy)
 
@@ -127,8 +139,21 @@ def _own_version(io: MetadataIO, pointer: Pointer, commit_id: str,
     for v in sorted(versions):
         if v <= head.version:
             snap = io.at_version(head, v)
-            if snap.manifest.commit_id == commit_id:
+            if snap.manifest.has_commit(commit_id):
                 return snap
+    return None
+
+
+def _applied_since(io: MetadataIO, pointer: Pointer, commit_id: str,
+                   after: int) -> Snapshot | None:
+    """Our snapshot if a version after ``after`` holds our commit (a group fold by
+    another writer applied our intent), else None."""
+    head = io.snapshot_for_pointer(pointer)
+    if head.version <= after:
+        return None
+    for snap in io.history(head, limit=head.version - after):
+        if snap.manifest.has_commit(commit_id):
+            return snap
     return None
 
 
@@ -167,7 +192,8 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
                       now_ms: Callable[[], int] = _now_ms,
                       on_attempt: Callable[[str, int], None] | None = None,
                       commit_id: str | None = None,
-                      pointer_key: str | None = None) -> CommitOutcome:
+                      pointer_key: str | None = None,
+                      group: GroupWrite | None = None) -> CommitOutcome:
     """Commit the changes ``prepare(base)`` returns, rebasing until the pointer CAS wins.
 
     Before ``prepare`` runs on a base, every one of ``requirements`` is validated
@@ -177,6 +203,10 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
     to commit to (default: ``io.pointer_key``, ``_latest_manifest`` for main).
     ``on_attempt(stage, attempt)`` is a hook for fault-injection tests.
 
+    ``group``: the commit is an append of uploaded files (``prepare``'s changes do
+    not depend on the base); with ``policy.group_commit``, after it loses a race it
+    publishes an intent and folds with the other writers (:mod:`caslake.core.group`).
+
     While the pointer write of an attempt is unsettled, no exit from the loop --
     a win, a no-op, an error of a later step, an exhausted budget -- reports
     anything but the truth: it settles that write first (our commit landed: a
@@ -185,29 +215,50 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
     key = pointer_key or io.pointer_key
     commit_id = commit_id or new_token()
     unsettled: set[int] = set()  # versions aimed at by attempts with an unknown outcome
-    for attempt in range(1, policy.max_attempts + 1):
-        try:
-            done = _attempt(io, key, prepare, requirements, policy, now_ms, on_attempt,
-                            commit_id, attempt, unsettled)
-        except CommitOutcomeUnknown:
-            raise
-        except Exception as err:  # not BaseException: a SimulatedCrash is a dead process
-            if isinstance(err, CommitConflict) and not err.attempts:
-                err.attempts = attempt  # a requirement failed on this attempt's base
-            if not unsettled:
+    joined: _Joined | None = None
+    attempt = 0
+    try:
+        while joined is not None or attempt < policy.max_attempts:
+            attempt += 1
+            if joined is not None and joined.closing(now_ms()):
+                return _leave_group(io, key, joined, commit_id, policy, now_ms, attempt)
+            try:
+                done = _attempt(io, key, joined.prepare if joined else prepare,
+                                joined.requirements if joined else requirements, policy,
+                                now_ms, on_attempt, commit_id, attempt, unsettled,
+                                since=joined.since if joined else None)
+            except CommitOutcomeUnknown:
                 raise
-            mine = _settle_open(io, key, commit_id, unsettled, policy, err)
-            if mine is not None:
-                return CommitOutcome(mine, commit_id, attempt)
-            raise  # provably nothing of ours can land: the error is the outcome
-        if done is not None:
-            if done.noop and unsettled:
-                mine = _settle_open(io, key, commit_id, unsettled, policy, None)
+            except Exception as err:  # not BaseException: a SimulatedCrash is a dead process
+                if isinstance(err, CommitConflict) and not err.attempts:
+                    err.attempts = attempt  # a requirement failed on this attempt's base
+                if joined is not None and not isinstance(err, CommitConflict):
+                    # Our intent may still be folded: only the deadline settles it.
+                    _group_pause(policy, joined)
+                    continue
+                if not unsettled:
+                    raise
+                mine = _settle_open(io, key, commit_id, unsettled, policy, err)
                 if mine is not None:
                     return CommitOutcome(mine, commit_id, attempt)
-                return CommitOutcome(done.snapshot, commit_id, attempt, noop=True)
-            return done
-        backoff(policy, attempt)
+                raise  # provably nothing of ours can land: the error is the outcome
+            if done is not None:
+                if done.noop and unsettled:
+                    mine = _settle_open(io, key, commit_id, unsettled, policy, None)
+                    if mine is not None:
+                        return CommitOutcome(mine, commit_id, attempt)
+                    return CommitOutcome(done.snapshot, commit_id, attempt, noop=True)
+                return done
+            if joined is None and group is not None and policy.group_commit:
+                joined = _join_group(io, key, group, requirements, commit_id, policy, now_ms)
+                continue  # fold at once: the version we lost to may not hold us
+            if joined is not None:
+                _group_pause(policy, joined)
+            else:
+                backoff(policy, attempt)
+    finally:
+        if joined is not None:
+            remove_intent(io, joined.intent)
     if unsettled:
         mine = _settle_open(io, key, commit_id, unsettled, policy, None)
         if mine is not None:
@@ -216,14 +267,111 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
                                "kept winning the pointer", attempts=policy.max_attempts)
 
 
+@dataclass
+class _Joined:
+    """A commit on the group path: its intent, the fold that replaces its
+    ``prepare``, and the version after which its commit may appear."""
+
+    intent: Intent
+    reader: IntentReader
+    prepare: Callable[[Snapshot], Changes | None]
+    requirements: tuple[Requirement, ...]
+    since: int
+
+    def closing(self, now: int) -> bool:
+        return now >= self.intent.deadline_ms - MARGIN_MS
+
+
+@dataclass(frozen=True)
+class _OwnWrite:
+    """Our own intent's checks, as a commit requirement of every fold."""
+
+    write: GroupWrite
+
+    def validate(self, base: Snapshot, io: MetadataIO) -> None:
+        self.write.check(base, io)
+
+
+def _join_group(io: MetadataIO, key: str, group: GroupWrite,
+                requirements: Sequence[Requirement], commit_id: str, policy: CommitPolicy,
+                now_ms: Callable[[], int]) -> _Joined:
+    """Publish our intent and switch to folding.  An intent whose PUT failed may
+    still have landed, so the commit stays on the group path either way (its own
+    folds carry it; others may too)."""
+    pointer, _ = io.read_pointer(key)
+    reader = IntentReader(io, key)
+    intent = new_intent(key, group, commit_id=commit_id, table_id=pointer.table_id,
+                        now_ms=now_ms(), ttl_ms=policy.intent_ttl_ms)
+    publish(io, intent)
+    return _Joined(intent, reader, fold_prepare(io, intent, reader, now_ms),
+                   (*requirements, _OwnWrite(group)), pointer.version)
+
+
+def _expiry_marker(intent: Intent, base: Snapshot) -> Changes:
+    """A version that changes no rows and records that ``intent`` expired unapplied."""
+    return Changes("intent_expired", params={"intent": intent.id})
+
+
+def _group_pause(policy: CommitPolicy, joined: _Joined) -> None:
+    """A short jittered wait between folds, longer when more intents are pending
+    (so few writers fold at once and the store's LIST/GET load stays bounded)."""
+    cap = min(policy.max_backoff_s, policy.group_poll_s * (1 + joined.reader.pending_seen / 4))
+    time.sleep(random.uniform(policy.group_poll_s / 4, cap))
+
+
+def _leave_group(io: MetadataIO, key: str, joined: _Joined, commit_id: str,
+                 policy: CommitPolicy, now_ms: Callable[[], int], attempt: int) -> CommitOutcome:
+    """Our intent's deadline is near and no version holds it yet: settle it by the
+    deadline rule.  Once the pointer shows a version created at or after the
+    deadline, no later version can apply it; if nobody moves the pointer, we move
+    it ourselves with a version that changes no rows."""
+    deadline = joined.intent.deadline_ms
+    failures = 0
+    while True:
+        try:
+            pointer, _ = io.read_pointer(key)
+            folded = _applied_since(io, pointer, commit_id, joined.since)
+        except StoreError as e:
+            failures += 1
+            if failures >= policy.settle_attempts:
+                raise CommitOutcomeUnknown(
+                    f"could not read the pointer back to settle group-commit intent "
+                    f"{joined.intent.id} ({e})", commit_id=commit_id, version=None) from e
+            backoff(policy, failures + 3)
+            continue
+        if folded is not None:
+            return CommitOutcome(folded, commit_id, attempt)
+        head = io.snapshot_for_pointer(pointer)
+        if head.manifest.created_at_ms >= deadline:
+            raise RetryBudgetExhausted(
+                "no version applied this commit's group intent before its deadline "
+                "(other writers kept the pointer busy); nothing was committed",
+                attempts=attempt)
+        now = now_ms()
+        if now < deadline:
+            time.sleep(min(0.05, (deadline - now) / 1000))
+            continue
+        with contextlib.suppress(CommitConflict, StoreError):
+            _attempt(io, key, partial(_expiry_marker, joined.intent), (), policy, now_ms,
+                     None, new_token(), attempt, set())
+        attempt += 1
+
+
 def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | None],
              requirements: Sequence[Requirement], policy: CommitPolicy,
              now_ms: Callable[[], int], on_attempt: Callable[[str, int], None] | None,
-             commit_id: str, attempt: int, unsettled: set[int]) -> CommitOutcome | None:
+             commit_id: str, attempt: int, unsettled: set[int],
+             since: int | None = None) -> CommitOutcome | None:
     """One attempt: the outcome if it is final, None if it lost the race (``unsettled``
-    gains the version it aimed at when its pointer write stayed open)."""
+    gains the version it aimed at when its pointer write stayed open).  ``since``
+    (group commit): a version after it may already hold our commit, folded by
+    another writer."""
     store = io.store
     pointer, etag = io.read_pointer(key)
+    if since is not None:
+        folded = _applied_since(io, pointer, commit_id, since)
+        if folded is not None:
+            return CommitOutcome(folded, commit_id, attempt)
     if unsettled:
         # A write of an earlier attempt may have landed late: committing again on
         # top of it would apply the changes twice.
@@ -271,16 +419,18 @@ def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | N
         raise TableNotFound(f"the table at {store.uri} was deleted during the commit"
                             ) from None
     # LOST (412/409) is settled too: an unclear try of the store's own may have landed.
-    won: bool | None = True if swapped else _settle(io, commit_id, manifest.version, policy,
-                                                     key)
-    if won:
+    won = True if swapped else _settle(io, commit_id, manifest.version, policy, key)
+    if won is True or (isinstance(won, Snapshot) and won.key == manifest_key):
         io.remember(manifest_key, manifest)
         return CommitOutcome(Snapshot(manifest, manifest_key), commit_id, attempt)
-    if won is False:
-        # Another commit holds this version slot, so this manifest can never be
-        # referenced: removing it now saves GC the work.  Best effort.
+    if isinstance(won, Snapshot) or won is False:
+        # Another commit holds this version slot (a group fold there may have applied
+        # our intent), so this manifest can never be referenced: removing it now
+        # saves GC the work.  Best effort.
         with contextlib.suppress(StoreError):
             store.delete(manifest_key)
+        if isinstance(won, Snapshot):
+            return CommitOutcome(won, commit_id, attempt)
     else:
         unsettled.add(manifest.version)
     return None

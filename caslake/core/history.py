@@ -81,6 +81,9 @@ class HistoryEntry:
     files_removed: int = 0
     tombstones_added: int = 0
     rows_rewritten: int = 0  # compact, purge: old rows written again into new files
+    # Group commit: the commit ids of the writers whose intents this version applied
+    # (empty for a plain commit).
+    intents: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, manifest: Manifest, key: str) -> HistoryEntry:
@@ -90,7 +93,9 @@ class HistoryEntry:
                    params=dict(manifest.operation_params),
                    summary=complete_summary(manifest.summary),
                    total_rows=manifest.totals.live_rows, total_files=manifest.totals.files,
-                   rows_rewritten=rewritten_rows(manifest), **commit_counts(manifest))
+                   rows_rewritten=rewritten_rows(manifest),
+                   intents=tuple(i.commit_id for i in manifest.intents),
+                   **commit_counts(manifest))
 
     @property
     def created_at_text(self) -> str:
@@ -104,4 +109,5 @@ class HistoryEntry:
                 "summary": dict(self.summary),
                 **{name: getattr(self, name) for name in _COUNTS},
                 "rows_rewritten": self.rows_rewritten, "total_rows": self.total_rows,
-                "total_files": self.total_files}
+                "total_files": self.total_files, "intents_applied": len(self.intents),
+                "intent_commit_ids": list(self.intents)}

@@ -65,6 +65,13 @@ class CommitPolicy:
     base_backoff_s: float = 0.005
     max_backoff_s: float = 0.5
     settle_attempts: int = 6
+    # Group commit (docs/protocol.md, "Group commit"): an append that loses a race
+    # publishes an intent and folds with the other writers.  Off by default while
+    # it is new; ``intent_ttl_ms`` is an intent's deadline after its publication,
+    # ``group_poll_s`` the base wait between folds.
+    group_commit: bool = False
+    intent_ttl_ms: int = 20_000
+    group_poll_s: float = 0.02
 
 
 def backoff(policy: CommitPolicy, attempt: int) -> None:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from caslake.core.changes import Changes, Requirement
 from caslake.core.commit import commit_with_retry
 from caslake.core.footers import FooterCache
+from caslake.core.group import GroupWrite
 from caslake.core.history import commit_counts
 from caslake.core.metadata_io import MetadataIO, Snapshot
 from caslake.core.pointer import CommitPolicy
@@ -57,6 +58,8 @@ class CommitResult:
     requests: dict[str, int] = field(default_factory=dict)
     bytes_in: int = 0
     bytes_out: int = 0
+    # Group commit: how many writers' commits the version applied (0: a plain commit).
+    intents_applied: int = 0
 
 
 _log = logging.getLogger("caslake.table")
@@ -157,28 +160,38 @@ def _after_commit(ctx: TableContext, snapshot: Snapshot) -> None:
 def run_operation(ctx: TableContext, operation: str,
                   prepare: Callable[[Snapshot], Changes | None], *,
                   requirements: Sequence[Requirement] = (), started: dict[str, int],
-                  commit_id: str | None = None) -> CommitResult:
+                  commit_id: str | None = None, group: GroupWrite | None = None
+                  ) -> CommitResult:
     """Commit ``prepare`` (files already uploaded) under ``requirements``, move the
     handle to the version it landed as (or the base, for a no-op) and report.
 
     What the commit did comes from the summary of the manifest that landed, so
     the report is right even when an earlier attempt's late-landing pointer
-    write is the one that won."""
+    write is the one that won.  ``group``: the commit may join a group commit
+    (:mod:`caslake.core.group`); its report is then its own files and rows, and
+    ``intents_applied`` how many commits the version held."""
     at = started.get(STARTED_AT_MS)
     guard = UploadsNotCollected(at, operation) if at is not None else None
+    if group is not None and at is not None:
+        group = replace(group, started_at_ms=at)
     outcome = commit_with_retry(ctx.io, _guarded(prepare, ctx.io, guard),
                                 requirements=requirements,
                                 policy=ctx.commit_policy, now_ms=ctx.now_ms,
-                                commit_id=commit_id, pointer_key=ctx.pointer_key)
+                                commit_id=commit_id, pointer_key=ctx.pointer_key,
+                                group=group)
     ctx._set_snapshot(outcome.snapshot)
     if not outcome.noop:
         _after_commit(ctx, outcome.snapshot)
     m = outcome.snapshot.manifest
     requests = _cost(ctx, started)
+    counts = {} if outcome.noop else commit_counts(m)
+    if m.intents and not outcome.noop:  # a group version: report our own part of it
+        own = next(i for i in m.intents if i.commit_id == outcome.commit_id)
+        counts = {"files_added": own.files, "rows_added": own.rows}
     return CommitResult(
         version=m.version, commit_id=outcome.commit_id, operation=operation,
-        attempts=outcome.attempts, **({} if outcome.noop else commit_counts(m)),
-        noop=outcome.noop,
+        attempts=outcome.attempts, **counts, noop=outcome.noop,
+        intents_applied=len(m.intents),
         requests=requests, bytes_in=requests.get("bytes_in", 0),
         bytes_out=requests.get("bytes_out", 0))
 

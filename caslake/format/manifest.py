@@ -195,6 +195,21 @@ class ExternalTable:
 
 
 @dataclass(frozen=True)
+class AppliedIntent:
+    """A group-commit intent a version applied (docs/protocol.md, "Group commit"):
+    its id, the commit id its writer waits for, and what it added."""
+
+    id: str
+    commit_id: str
+    files: int
+    rows: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "commit_id": self.commit_id, "files": self.files,
+                "rows": self.rows}
+
+
+@dataclass(frozen=True)
 class Manifest:
     table_id: str
     version: int
@@ -225,6 +240,15 @@ class Manifest:
     collected_until_ms: int = 0
     # Format 5: the partition specs (None: the table was never partitioned).
     partitioning: Partitioning | None = None
+    # Group commit: the intents this version applied (not carried forward; readers
+    # ignore it, so it needs no format version).
+    intents: tuple[AppliedIntent, ...] = ()
+
+    def has_commit(self, commit_id: str) -> bool:
+        """Whether this version is ``commit_id``'s: its own, or a group-commit intent
+        it applied."""
+        return self.commit_id == commit_id or any(i.commit_id == commit_id
+                                                  for i in self.intents)
 
     def deleted_rows_per_file(self) -> dict[str, int]:
         """Rows the tombstones delete in each data file that has any (one live
@@ -262,6 +286,7 @@ class Manifest:
             "tombstones": [t.to_json() for t in self.tombstones],
             "files": [f.to_json() for f in self.files],
             **(self.partitioning.to_json() if self.partitioning is not None else {}),
+            **({"intents": [i.to_json() for i in self.intents]} if self.intents else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -620,6 +645,11 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
     collected_until = doc.get("collected_until", int, optional=True, default=0)
     if collected_until < 0:
         raise doc.error("collected_until must not be negative")
+    intents = []
+    for i, raw in doc.items("intents", optional=True):
+        idoc = doc.child(f"intents[{i}]", raw)
+        intents.append(AppliedIntent(idoc.get("id", str), idoc.get("commit_id", str),
+                                     idoc.nonneg("files"), idoc.nonneg("rows")))
     return Manifest(
         table_id=doc.get("table_id", str), version=version, parent=parent,
         commit_id=doc.get("commit_id", str),
@@ -633,4 +663,5 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         totals=Totals(t.nonneg("files"), t.nonneg("rows"), t.nonneg("bytes"),
                       t.get("deleted_rows", int, optional=True, default=0)),
         format_version=fv, oldest_version=oldest, external=external,
-        collected_until_ms=collected_until, partitioning=partitioning)
+        collected_until_ms=collected_until, partitioning=partitioning,
+        intents=tuple(intents))

@@ -337,7 +337,9 @@ def worker_main(spec_path: str) -> int:
     """Entry point of one worker process (``--worker SPEC``)."""
     spec = json.loads(Path(spec_path).read_text())
     table = caslake.open_table(spec["uri"], storage_options=spec["opts"] or None)
-    if spec.get("policy") != "default":  # "default": as a user runs it
+    if spec.get("policy") == "group":  # group commit on, otherwise as a user runs it
+        table.commit_policy = CommitPolicy(group_commit=True)
+    elif spec.get("policy") != "default":  # "default": as a user runs it
         table.commit_policy = STRESS_POLICY
     rng = random.Random(spec["seed"])
     log = HistoryLog(spec["history"], spec["name"])
@@ -509,6 +511,52 @@ def _limit(report: CheckReport, category: str, messages: list[str]) -> None:
 
 def _fmt(state: tuple[int, int] | None) -> str:
     return "nothing" if state is None else f"{state[0]} rows, checksum {state[1]:016x}"
+
+
+def check_appends_run(uri: str, opts: StorageOptions | None, records: list[Record]
+                      ) -> CheckReport:
+    """The append-only workload's check, valid whether or not versions were shared
+    by group commit: the chain is linear; every acknowledged append is held by the
+    version it was told (its commit id there) and its rows are in the table exactly
+    once; a failed append's rows are in none; an unknown outcome's rows are all there
+    or none; no row comes from nowhere."""
+    report = CheckReport()
+    table = caslake.open_table(uri, storage_options=opts or None)
+    head = table.version
+    versions = [h.version for h in reversed(table.history())]
+    if versions != list(range(head + 1)):
+        report.fail("chain", f"history versions are not 0..{head}: {versions[:10]}...")
+    counts: dict[int, int] = {}
+    for i in _ints(table.scan(columns=["id"]).to_arrow(), "id"):
+        counts[i] = counts.get(i, 0) + 1
+    sent: set[int] = set()
+    shared = 0
+    for r in records:
+        if r.get("op") != "append":
+            continue
+        ids = [row[0] for row in r["details"]["rows"]]
+        sent.update(ids)
+        present = [counts.get(i, 0) for i in ids]
+        where = f"{r['proc']}#{r['seq']} ({r['outcome']})"
+        if r["outcome"] == "ok":
+            if present != [1] * len(ids):
+                report.fail("acked", f"{where}: rows present {present}, not once each")
+            m = table.io.at_version(table.snapshot, r["version"]).manifest
+            if not m.has_commit(r["commit_id"]):
+                report.fail("acked", f"{where}: version {r['version']} does not hold "
+                            f"commit {r['commit_id']}")
+            shared += len(m.intents) > 1
+        elif r["outcome"] == "fail" and any(present):
+            report.fail("failed", f"{where}: a failed append's rows are in the table")
+        elif r["outcome"] == "unknown" and set(present) - {0} and present != [1] * len(ids):
+            report.fail("unknown", f"{where}: rows present {present}, not all-or-nothing")
+        if r.get("untyped"):
+            report.fail("typed-errors", f"{where}: {r.get('error')}")
+    stray = [i for i in counts if i not in sent]
+    if stray:
+        report.fail("stray", f"{len(stray)} rows no append sent (first: {stray[:5]})")
+    report.facts.update(versions=head, acked_in_shared_versions=shared)
+    return report
 
 
 def check_history_run(uri: str, opts: StorageOptions | None, records: list[Record], *,
@@ -822,21 +870,23 @@ def run_history(uri: str, opts: StorageOptions | None, *, writers: int, readers:
 
 def run_appends(uri: str, opts: StorageOptions | None, *, writers: int, seconds: float,
                 workdir: str | Path, backend: str = "", seed: int = 0,
-                user_policy: bool = True, verify_versions: int = 24) -> RunResult:
+                policy: str = "default", verify_versions: int = 24) -> RunResult:
     """Create a table at ``uri``; ``writers`` processes append 1-100-row batches for
-    ``seconds`` (with the default commit policy, as a user runs it, unless
-    ``user_policy`` is False); check the history (every acknowledged append in
-    exactly one version, no failed one in any)."""
-    base = {"uri": uri, "opts": opts or {}, "policy": "default" if user_policy else "stress"}
+    ``seconds`` with ``policy``: ``default`` (as a user runs it), ``group`` (group
+    commit on) or ``stress`` (a long retry budget); check the run
+    (:func:`check_appends_run`)."""
+    base = {"uri": uri, "opts": opts or {}, "policy": policy}
     specs = [(f"appender{w}", {**base, "role": "appender", "index": w + 1,
                                "seed": seed * 1000 + w}) for w in range(writers)]
     return _run_history_checked(uri, opts, "appends", writers, specs, seconds, workdir,
-                                backend, verify_versions)
+                                backend, verify_versions, check=check_appends_run)
 
 
 def _run_history_checked(uri: str, opts: StorageOptions | None, workload: str, writers: int,
                          specs: list[tuple[str, dict[str, Any]]], seconds: float,
-                         workdir: str | Path, backend: str, verify_versions: int) -> RunResult:
+                         workdir: str | Path, backend: str, verify_versions: int,
+                         check: Callable[[str, StorageOptions | None, list[Record]],
+                                         CheckReport] | None = None) -> RunResult:
     """Create the history table at ``uri``, run ``specs`` as processes, check the run."""
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -845,7 +895,8 @@ def _run_history_checked(uri: str, opts: StorageOptions | None, workload: str, w
     window = _run_processes(work, specs, seconds, result.failures)
     records, problems = load_records(work)
     result.failures.extend(f"history: {p}" for p in problems)
-    report = check_history_run(uri, opts, records, verify_versions=verify_versions)
+    report = (check(uri, opts, records) if check is not None else
+              check_history_run(uri, opts, records, verify_versions=verify_versions))
     result.failures.extend(report.failures)
     result.facts.update(report.facts)
     metrics(result, records, window)

@@ -1,0 +1,295 @@
+"""Group commit: writers that lose the pointer race fold into one version
+(docs/protocol.md, "Group commit").
+
+A commit whose changes do not depend on the base (an append of uploaded files)
+may, after losing a compare-and-swap, publish an *intent*: a small JSON object
+under ``_intents/<deadline_ms>-<token>.json``, written create-only, naming the
+files it adds and what must hold on the base (its schema, its upload time for
+gc's fence).  From then on the commit loop's ``prepare`` is a *fold*: the
+writer's own intent plus every other pending, valid intent for the same table
+and ref, in one version whose manifest lists them (``intents``).  Whoever wins
+the next swap commits the batch; every writer recognises its commit by its
+commit id in that list (:meth:`Manifest.has_commit`).
+
+Deadline rule: a version may apply an intent only if its base was created
+before the intent's deadline and the folder's clock is ``MARGIN_MS`` before it.
+Commit times never decrease along the chain, so once the pointer shows a
+version created at or after the deadline, an intent not applied by then never
+will be.
+
+This module reads and writes intents and builds folds; the loop that drives
+them is :func:`caslake.core.commit.commit_with_retry`.  It never moves the
+pointer itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from caslake.core.cache import LruCache
+from caslake.core.changes import Changes
+from caslake.core.metadata_io import MetadataIO, Snapshot
+from caslake.core.pointer import put_new
+from caslake.core.requirements import SchemaUnchanged, UploadsNotCollected
+from caslake.errors import CaslakeError, CommitConflict, CorruptMetadata, StoreError
+from caslake.format.keys import new_token
+from caslake.format.manifest import (
+    AppliedIntent,
+    DataFile,
+    parse_data_file,
+    parse_table_schema,
+)
+from caslake.format.schema import TableSchema
+
+INTENT_PREFIX = "_intents/"
+INTENT_FORMAT = "caslake-intent"
+#: A folder never applies an intent this close to its deadline (ms): room for the
+#: manifest and pointer writes to land before it.
+MARGIN_MS = 2_000
+#: The bound on clock skew between writers (ms): a folder looks this far back
+#: before an intent's creation for a version that already applied it.
+SKEW_MS = 5_000
+
+
+class IntentSkipped(UserWarning):
+    """A pending intent a folder could not use (corrupt, foreign, another table or
+    ref); it is left alone and never breaks a commit."""
+
+
+@dataclass(frozen=True)
+class GroupWrite:
+    """A commit that may take the group path: an append of already uploaded files
+    written with ``schema``; ``started_at_ms`` is gc's fence check (None: none)."""
+
+    operation: str
+    files: tuple[DataFile, ...]
+    schema: TableSchema
+    started_at_ms: int | None
+
+    def check(self, base: Snapshot, io: MetadataIO) -> None:
+        """Raise the typed conflict this write would meet committing on ``base``.
+        Each failure is monotone along the chain (schema ids only advance, gc's fence
+        only rises), so an intent refused on a base is refused on every later one."""
+        SchemaUnchanged(self.schema).validate(base, io)
+        if self.started_at_ms is not None:
+            UploadsNotCollected(self.started_at_ms, self.operation).validate(base, io)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.row_count for f in self.files)
+
+
+@dataclass(frozen=True)
+class Intent:
+    key: str
+    table_id: str
+    pointer_key: str
+    commit_id: str
+    created_ms: int
+    deadline_ms: int
+    write: GroupWrite
+
+    @property
+    def id(self) -> str:
+        return self.key.removeprefix(INTENT_PREFIX).removesuffix(".json")
+
+    def applied(self) -> AppliedIntent:
+        return AppliedIntent(self.id, self.commit_id, len(self.write.files), self.write.rows)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({
+            "format": INTENT_FORMAT, "format_version": 1, "table_id": self.table_id,
+            "pointer_key": self.pointer_key, "commit_id": self.commit_id,
+            "created_ms": self.created_ms, "deadline_ms": self.deadline_ms,
+            "operation": self.write.operation, "started_at_ms": self.write.started_at_ms,
+            "schema": self.write.schema.to_json(),
+            "files": [f.to_json() for f in self.write.files]},
+            separators=(",", ":")).encode()
+
+
+def intent_key(deadline_ms: int, token: str) -> str:
+    return f"{INTENT_PREFIX}{deadline_ms:013d}-{token}.json"
+
+
+def deadline_of(key: str) -> int | None:
+    """The deadline a key names (None: not an intent key)."""
+    name = key.removeprefix(INTENT_PREFIX)
+    head, sep, _ = name.partition("-")
+    return int(head) if sep and len(head) == 13 and head.isdigit() else None
+
+
+def parse_intent(data: bytes, key: str) -> Intent:
+    """An intent object, checked; any defect is CorruptMetadata naming ``key``."""
+    try:
+        doc = json.loads(data)
+        if not isinstance(doc, dict) or doc.get("format") != INTENT_FORMAT:
+            raise CorruptMetadata(key, "not a caslake intent")
+        if doc.get("format_version") != 1:
+            raise CorruptMetadata(key, f"unknown intent format_version "
+                                       f"{doc.get('format_version')!r}")
+        schema = parse_table_schema(doc["schema"], source=f"{key}: schema")
+        files = tuple(parse_data_file(raw, schema, source=f"{key}: files[{i}]")
+                      for i, raw in enumerate(doc["files"]))
+        started = doc["started_at_ms"]
+        intent = Intent(key, _str(doc, "table_id"), _str(doc, "pointer_key"),
+                        _str(doc, "commit_id"), _int(doc, "created_ms"),
+                        _int(doc, "deadline_ms"),
+                        GroupWrite(_str(doc, "operation"), files, schema,
+                                   None if started is None else _int(doc, "started_at_ms")))
+    except CorruptMetadata:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptMetadata(key, f"unreadable intent ({type(e).__name__}: {e})") from None
+    if deadline_of(key) != intent.deadline_ms:
+        raise CorruptMetadata(key, "the deadline in the key and the body differ")
+    return intent
+
+
+def _str(doc: dict[str, Any], name: str) -> str:
+    v = doc[name]
+    if not isinstance(v, str) or not v:
+        raise ValueError(f"{name} must be a non-empty string")
+    return v
+
+
+def _int(doc: dict[str, Any], name: str) -> int:
+    v = doc[name]
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ValueError(f"{name} must be an integer >= 0")
+    return v
+
+
+def new_intent(pointer_key: str, write: GroupWrite, *, commit_id: str, table_id: str,
+               now_ms: int, ttl_ms: int) -> Intent:
+    """Our intent, under a fresh key, with its deadline ``ttl_ms`` from now."""
+    deadline = now_ms + ttl_ms
+    return Intent(intent_key(deadline, new_token()), table_id, pointer_key, commit_id,
+                  now_ms, deadline, write)
+
+
+def publish(io: MetadataIO, intent: Intent) -> bool:
+    """Write ``intent`` create-only.  False if the write failed: it may still have
+    landed (or land late), so the caller treats the intent as published."""
+    try:
+        put_new(io.store, intent.key, intent.to_bytes())
+        return True
+    except StoreError:
+        return False
+
+
+def foldable(intent: Intent, base: Snapshot, now_ms: int) -> bool:
+    """The deadline rule: ``base`` was created before the deadline and the folder's
+    clock is at least ``MARGIN_MS`` before it."""
+    return (base.manifest.created_at_ms < intent.deadline_ms
+            and now_ms < intent.deadline_ms - MARGIN_MS)
+
+
+class IntentReader:
+    """Pending intents of one table and ref, as a folder sees them; parsed intents
+    are cached by key (an intent object is never rewritten)."""
+
+    def __init__(self, io: MetadataIO, pointer_key: str) -> None:
+        self._io = io
+        self._pointer_key = pointer_key
+        # (intent,) or (None,) for one a folder skips: a tuple, so a miss is None
+        self._parsed: LruCache[str, tuple[Intent | None]] = LruCache(4096)
+        self.pending_seen = 0  # how many live intents the last listing showed
+
+    def pending(self, base: Snapshot, now_ms: int) -> list[Intent]:
+        """The intents a fold on ``base`` may apply, by deadline: live keys only
+        (deadline rule), readable, this table's and ref's; unreadable or foreign ones
+        are skipped with an :class:`IntentSkipped` warning."""
+        out: list[Intent] = []
+        for meta in self._io.store.list(INTENT_PREFIX):
+            deadline = deadline_of(meta.key)
+            if deadline is None or deadline - MARGIN_MS <= now_ms or (
+                    deadline <= base.manifest.created_at_ms):
+                continue
+            intent = self._load(meta.key, base.manifest.table_id)
+            if intent is not None and foldable(intent, base, now_ms):
+                out.append(intent)
+        self.pending_seen = len(out)
+        return sorted(out, key=lambda i: (i.deadline_ms, i.key))
+
+    def _load(self, key: str, table_id: str) -> Intent | None:
+        hit = self._parsed.get(key)
+        if hit is not None:
+            return hit[0]
+        try:
+            intent: Intent | None = parse_intent(self._io.store.get(key).data, key)
+        except CorruptMetadata as e:
+            warnings.warn(IntentSkipped(f"skipped intent {key!r}: {e.reason}"), stacklevel=2)
+            intent = None
+        except StoreError:
+            return None  # gone (applied and cleaned up) or unreadable now: not this round
+        if intent is not None and (intent.table_id != table_id
+                                   or intent.pointer_key != self._pointer_key):
+            if intent.table_id != table_id:
+                warnings.warn(IntentSkipped(f"skipped intent {key!r}: it is for table "
+                                            f"{intent.table_id}, not {table_id}"),
+                              stacklevel=2)
+            intent = None  # another ref's intent is simply not ours to fold
+        self._parsed.put(key, (intent,))
+        return intent
+
+
+def applied_since(io: MetadataIO, base: Snapshot, intents: Sequence[Intent]) -> set[str]:
+    """Commit ids among ``intents`` that a version up to ``base`` already applied:
+    versions back to ``SKEW_MS`` before the oldest intent's creation are searched
+    (no version built before an intent existed can hold it)."""
+    if not intents:
+        return set()
+    oldest = min(i.created_ms for i in intents) - SKEW_MS
+    wanted = {i.commit_id for i in intents}
+    found: set[str] = set()
+    cur: Snapshot | None = base
+    while cur is not None and cur.manifest.created_at_ms >= oldest:
+        m = cur.manifest
+        found |= {a.commit_id for a in m.intents if a.commit_id in wanted}
+        if m.commit_id in wanted:
+            found.add(m.commit_id)
+        if m.parent is None or cur.version <= m.oldest_version:
+            break
+        cur = io.history(cur, limit=2)[-1]
+    return found
+
+
+def fold_prepare(io: MetadataIO, own: Intent, reader: IntentReader,
+                 now_ms: Callable[[], int]) -> Callable[[Snapshot], Changes | None]:
+    """The ``prepare`` of a fold: our intent plus every pending intent that still
+    holds on the base, in one version.  Our own write's conflicts are raised by the
+    commit loop's requirements (checked before this runs)."""
+
+    def prepare(base: Snapshot) -> Changes | None:
+        now = now_ms()
+        others = [i for i in reader.pending(base, now) if i.commit_id != own.commit_id]
+        done = applied_since(io, base, others)
+        batch = [own]
+        for intent in others:
+            if intent.commit_id in done:
+                continue
+            try:
+                intent.write.check(base, io)
+            except CommitConflict:
+                continue  # refused on this base, so on every later one: its owner sees it
+            except CaslakeError:
+                continue
+            batch.append(intent)
+        files = tuple(f for i in batch for f in i.write.files)
+        return Changes(own.write.operation, add_files=files,
+                       params={"group_intents": str(len(batch))},
+                       intents=tuple(i.applied() for i in batch))
+
+    return prepare
+
+
+def remove_intent(io: MetadataIO, intent: Intent) -> None:
+    """Best effort: our intent has settled, so it is no longer needed (gc would
+    collect it once its deadline has passed)."""
+    with contextlib.suppress(StoreError):
+        io.store.delete(intent.key)

@@ -1,0 +1,152 @@
+"""Group commit (issue 33; docs/protocol.md, "Group commit"): appends that lose
+the pointer race publish intents and fold into shared versions.  Checked against
+an independent account of what was acknowledged: every acknowledged append's rows
+are in the table exactly once (pyarrow reads the data files), at the version its
+result names, and that version's manifest lists its commit."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import caslake
+from caslake.core import CommitPolicy
+from caslake.core.group import INTENT_PREFIX, IntentSkipped, parse_intent
+from caslake.errors import CorruptMetadata
+from caslake.ops.verify import verify_table
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False),
+                    pa.field("writer", pa.int64(), nullable=False)])
+GROUP = CommitPolicy(group_commit=True, max_attempts=3, group_poll_s=0.005)
+
+
+def _race(uri: str, writers: int, per_writer: int, policy: CommitPolicy
+          ) -> list[tuple[caslake.CommitResult, list[int]]]:
+    """``writers`` threads append; each acknowledged append with the ids it sent."""
+    results: list[tuple[caslake.CommitResult, list[int]]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    go = threading.Barrier(writers)
+
+    def run(w: int) -> None:
+        t = caslake.open_table(uri)
+        t.commit_policy = policy
+        go.wait()
+        for i in range(per_writer):
+            ids = [w * 10_000 + i * 10 + k for k in range(1 + (i % 3))]
+            try:
+                r = t.append(pa.table({"id": ids, "writer": [w] * len(ids)}, schema=SCHEMA))
+            except BaseException as e:  # recorded, asserted below
+                errors.append(e)
+                continue
+            with lock:
+                results.append((r, ids))
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(writers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    return results
+
+
+def test_racing_appends_fold_into_shared_versions_each_exactly_once(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA)
+    results = _race(uri, writers=8, per_writer=12, policy=GROUP)
+    assert len(results) == 96
+    t = caslake.open_table(uri)
+    # pyarrow over the live data files: every acknowledged row once, nothing else
+    files = [f["uri"].removeprefix("file://") for f in t.live_files()]
+    ids = sorted(pa.concat_tables([pq.read_table(f) for f in files])["id"].to_pylist())
+    assert ids == sorted(i for _, sent in results for i in sent)
+    # each result names a version that holds its commit and, by then, its rows
+    for r, sent in results:
+        assert r.rows_added == len(sent)
+        assert t.io.at_version(t.snapshot, r.version).manifest.has_commit(r.commit_id)
+        at = t.scan(version=r.version, where=f"id IN ({', '.join(map(str, sent))})")
+        assert sorted(at.to_arrow()["id"].to_pylist()) == sorted(sent)
+    # fewer versions than commits: some versions applied several writers' intents
+    assert t.version < len(results), (t.version, len(results))
+    assert any(r.intents_applied > 1 for r, _ in results)
+    assert verify_table(t.store, deep=True, all_versions=True).ok
+    # settled intents are removed by their owners
+    assert list(t.store.list(INTENT_PREFIX)) == []
+
+
+def test_a_lone_writer_costs_what_it_did(tmp_path: Path) -> None:
+    """No race, no intent: the same requests as with group commit off."""
+    costs = []
+    for policy in (CommitPolicy(), GROUP):
+        t = caslake.create_table(str(tmp_path / f"t{len(costs)}"), SCHEMA)
+        t.commit_policy = policy
+        t.append(pa.table({"id": [1], "writer": [0]}, schema=SCHEMA))
+        r = t.append(pa.table({"id": [2], "writer": [0]}, schema=SCHEMA))
+        costs.append({k: v for k, v in r.requests.items() if not k.startswith("bytes")})
+        assert r.intents_applied == 0
+    assert costs[0] == costs[1]
+
+
+def test_a_corrupt_or_foreign_intent_is_skipped_with_a_typed_warning(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    t = caslake.create_table(uri, SCHEMA)
+    deadline = 9_999_999_999_999
+    t.store.put(f"{INTENT_PREFIX}{deadline:013d}-junk.json", b"{not json")
+    with pytest.raises(CorruptMetadata):
+        parse_intent(b"{not json", "x")
+    with pytest.warns(IntentSkipped):
+        results = _race(uri, writers=4, per_writer=6, policy=GROUP)
+    assert len(results) == 24
+    got = caslake.open_table(uri).scan().to_arrow()["id"].to_pylist()
+    assert sorted(got) == sorted(i for _, sent in results for i in sent)
+
+
+@pytest.mark.s3
+def test_group_commit_over_wire_faults_and_a_cas_limit_tells_the_truth(
+        moto_server: str, tmp_path: Path) -> None:
+    """Six processes append with group commit on, through the fault proxy (the
+    standard mix: SlowDown, resets, lost replies, delays) and a 15/s per-key CAS
+    limit.  Every acknowledged append is in the table once, at a version that
+    holds its commit; no failed append is; unknown outcomes are all-or-nothing."""
+    from caslake.testing.moto_server import storage_options
+    from caslake.testing.stress import run_appends
+    from caslake.testing.wire_faults import run_fault_proxy, standard_mix
+    from tests.conftest import make_bucket
+
+    bucket = make_bucket(moto_server)
+    with run_fault_proxy(moto_server, seed=7, lifetime_s=300, cas_rate_limit=15.0) as proxy:
+        opts = dict(storage_options(proxy.endpoint))
+        proxy.set_faults(standard_mix())
+        result = run_appends(f"s3://{bucket}/g", opts, writers=6, seconds=12,
+                             workdir=tmp_path / "run", policy="group")
+        proxy.set_faults([])
+        fired = proxy.fired()
+    assert result.ok, result.failures[:5]
+    assert result.commits > 20
+    assert fired.get("lost_reply", 0) and fired.get("cas_rate_limit", 0), fired
+    assert result.facts["acked_in_shared_versions"] > 0
+
+
+def test_history_json_shows_how_many_intents_each_version_applied(tmp_path: Path) -> None:
+    """``caslake history --json``, run as a user runs it, round-trips and counts
+    the commits each group version holds; they add up to every acknowledged append."""
+    import json
+    import subprocess
+    import sys
+
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA)
+    results = _race(uri, writers=6, per_writer=8, policy=GROUP)
+    out = subprocess.run([sys.executable, "-m", "caslake.cli", "history", uri, "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    entries = json.loads(out)
+    held = {cid for e in entries for cid in e["intent_commit_ids"]}
+    plain = {e["commit_id"] for e in entries if e["intents_applied"] == 0}
+    assert {r.commit_id for r, _ in results} <= held | plain
+    assert sum(e["intents_applied"] or (e["operation"] == "append") for e in entries) == 48
+    assert all(e["intents_applied"] == len(e["intent_commit_ids"]) for e in entries)
