@@ -308,13 +308,11 @@ def cmd_update(args: argparse.Namespace, out: TextIO) -> int:
     res = table.update(assignments, args.where)
     if args.json:
         _emit_json(dataclasses.asdict(res), out)
-    elif res.noop:
-        out.write(f"updated 0 rows; no new version (table stays at version {res.version}) "
-                  f"({_requests(res.requests)})\n")
-    else:
-        out.write(f"updated {res.rows_deleted:,} rows as version {res.version} "
-                  f"({res.tombstones_added} tombstone, {res.files_added} file(s) added, "
-                  f"{res.files_removed} dropped; {_requests(res.requests)})\n")
+        return 0
+    what = (f"0 rows; no new version (table stays at version {res.version}) (" if res.noop
+            else f"{res.rows_deleted:,} rows as version {res.version} ({res.tombstones_added} "
+            f"tombstone, {res.files_added} file(s) added, {res.files_removed} dropped; ")
+    out.write(f"updated {what}{_requests(res.requests)})\n")
     return 0
 
 
