@@ -55,7 +55,6 @@ from caslake.core import (
     Scan,
     Snapshot,
     SnapshotSubset,
-    TableContext,
     TombstoneCache,
     check_txn,
     external_uris,
@@ -648,12 +647,13 @@ class SparkMergeBuilder(MergeBuilder):
         clause), joins them with ``df`` on the keys, and each task applies the clauses
         to its rows (all pairs of one target row land in one task, so a target row
         that two source rows match is a DuplicateKey error) and writes the new rows.
-        ``df`` is evaluated once per planning (persist it if it is costly)."""
+        ``df`` is evaluated twice per planning (its keys' bounds, then the join):
+        persist it first if it is costly or not deterministic."""
         if not self._clauses:
             raise InvalidArgument("merge needs at least one when_... clause")
         clauses = tuple(self._clauses)
         keys = tuple(self._keys)
-        ctx = self._context()
+        ctx = self._ctx
         by_source = any(c.kind == BY_SOURCE for c in clauses)
         inserts = any(c.kind == NOT_MATCHED for c in clauses)
         source = self._df.withColumn(_SROW, F.monotonically_increasing_id())
@@ -703,9 +703,6 @@ class SparkMergeBuilder(MergeBuilder):
             requirements = (ReadSetUnchanged(read_version, (PredicateCondition("TRUE"),),
                                              "merge"),)
         return commit_rewrite(ctx, "merge_into", plan, params=params, requirements=requirements)
-
-    def _context(self) -> TableContext:
-        return self._ctx
 
     def _key_bounds(self, arrow: pa.Schema) -> KeyCondition | None:
         """The source keys' bounds in the table's types (one Spark job), for pruning
