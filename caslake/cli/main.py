@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import re
 import sys
 import time
@@ -289,6 +290,29 @@ def cmd_delete(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"deleted {res.rows_deleted:,} rows as version {res.version} "
                   f"({res.tombstones_added} tombstone, {res.files_removed} file(s) dropped; "
                   f"{_requests(res.requests)})\n")
+    return 0
+
+
+def cmd_update(args: argparse.Namespace, out: TextIO) -> int:
+    """``caslake update URI --set col=EXPR ... [--where PRED]``: one UPDATE commit."""
+    assignments: dict[str, str] = {}
+    for item in args.set:
+        column, eq, value = item.partition("=")
+        if not eq or not column.strip() or not value.strip():
+            raise InvalidArgument(f"--set takes COLUMN=EXPRESSION (e.g. --set \"status='closed'\""
+                                  f"), not {item!r}")
+        if column.strip() in assignments:
+            raise InvalidArgument(f"--set gives column {column.strip()!r} twice")
+        assignments[column.strip()] = value.strip()
+    table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
+    res = table.update(assignments, args.where)
+    if args.json:
+        _emit_json(dataclasses.asdict(res), out)
+        return 0
+    what = (f"0 rows; no new version (table stays at version {res.version}) (" if res.noop
+            else f"{res.rows_deleted:,} rows as version {res.version} ({res.tombstones_added} "
+            f"tombstone, {res.files_added} file(s) added, {res.files_removed} dropped; ")
+    out.write(f"updated {what}{_requests(res.requests)})\n")
     return 0
 
 
@@ -793,6 +817,15 @@ def build_parser() -> argparse.ArgumentParser:
     d = table_cmd("delete", "delete rows matching a predicate (writes a tombstone, no rewrite)")
     d.add_argument("--where", required=True, help="SQL predicate of the rows to delete")
     d.set_defaults(fn=cmd_delete)
+
+    up = table_cmd("update", "set columns of the rows matching a predicate (one commit: a "
+                   "tombstone for the old rows, their new values appended)")
+    up.add_argument("--set", action="append", required=True, metavar="COLUMN=EXPR",
+                    help="a column and its new value as SQL, e.g. \"status='closed'\" or "
+                    "'amount=amount * 1.1' (repeat for more columns)")
+    up.add_argument("--where", help="SQL predicate of the rows to update (default: every row)")
+    json_flag(up, "the commit result")
+    up.set_defaults(fn=cmd_update)
 
     v = table_cmd("verify", "check that every referenced object exists and agrees")
     v.add_argument("--deep", action="store_true",

@@ -38,6 +38,12 @@ every older log entry, checkpoint and deletion-vector file: no object left
 describes an older version.  The log then starts at that checkpoint, which
 :func:`read_log` reads.
 
+A partitioned table's export is partitioned where Delta can show the spec
+(:mod:`caslake.export.delta_partitions`): identity fields as partition columns,
+``day``/``month``/``year``/``truncate`` as generated partition columns, each
+``add`` carrying the file's ``partitionValues``; when the partition columns change,
+every file is re-added with its values under them.
+
 Deletion vectors use the Delta protocol's on-disk format: a file starting
 with the version byte 1, then per vector a big-endian 4-byte size, the data
 (little-endian magic 1681511377 and a portable 64-bit roaring bitmap), and a
@@ -72,6 +78,7 @@ from caslake.errors import (
     StoreError,
 )
 from caslake.export import delta_columns as cm
+from caslake.export import delta_partitions as dp
 from caslake.export.result import ExportResult, Writer
 from caslake.export.source import ExportSource, TableHandle, load_source
 from caslake.export.types import delta_schema, delta_stat, stat_leaves, uses_timestamp_ntz
@@ -343,6 +350,9 @@ class DeltaExport:
         self.ntz = uses_timestamp_ntz(self.schema)
         self.physical: dict[int, str] = {}
         self.columns: dict[str, cm.Columns] = {}
+        # The Delta partition columns (empty: unpartitioned; delta_partitions.py).
+        self.partitioning = source.snapshot.manifest.partitioning
+        self.parts = dp.delta_partitions(self.partitioning, self.schema, source.files())
 
     def delta_path(self, key: str) -> str:
         """A data file's ``add.path``: its key, relative to the table root, or for a
@@ -406,7 +416,14 @@ class DeltaExport:
                 for p, t in names.items()}
 
     def schema_string(self) -> str:
-        return json.dumps(delta_schema(self.schema, self.physical))
+        doc = delta_schema(self.schema, self.physical)
+        doc["fields"] = [*doc["fields"], *(d.schema_field() for d in self.parts if d.generated)]
+        return json.dumps(doc)
+
+    def partition_values(self, f: DataFile) -> dict[str, str | None]:
+        if not self.parts or self.partitioning is None:
+            return {}
+        return dp.partition_values(f, self.partitioning, self.parts, self.physical)
 
     def actions(self, state: DeltaState, writer: Writer, *, restate: bool = False,
                 fresh: bool = False) -> list[dict[str, Any]]:
@@ -430,7 +447,9 @@ class DeltaExport:
             if path not in files or path in moved:
                 remove: dict[str, Any] = {
                     "path": path, "deletionTimestamp": now, "dataChange": True,
-                    "extendedFileMetadata": True, "partitionValues": {}, "size": old.get("size")}
+                    "extendedFileMetadata": True,
+                    "partitionValues": old.get("partitionValues") or {},
+                    "size": old.get("size")}
                 if old.get("deletionVector"):
                     remove["deletionVector"] = old["deletionVector"]
                 out.append({"remove": remove})
@@ -442,7 +461,8 @@ class DeltaExport:
             if path in tags:
                 file_tags[DV_TAG] = tags[path]
             add: dict[str, Any] = {
-                "path": path, "partitionValues": {}, "size": f.size, "modificationTime": now,
+                "path": path, "partitionValues": self.partition_values(f), "size": f.size,
+                "modificationTime": now,
                 "dataChange": path in moved, "stats": self._stats(f, dv is not None),
                 "tags": file_tags}
             if dv is not None:
@@ -471,25 +491,30 @@ class DeltaExport:
         """The protocol action, when the log's lacks a feature this export needs
         (features are never taken away)."""
         need = ["deletionVectors", "columnMapping", *(["timestampNtz"] if self.ntz else [])]
+        writer_only = [dp.GENERATED_FEATURE] if any(d.generated for d in self.parts) else []
         old = state.protocol or {}
         reader = list(old.get("readerFeatures") or [])
         writer = list(old.get("writerFeatures") or [])
         if state.protocol is not None and all(f in reader and f in writer for f in need) \
+                and all(f in writer for f in writer_only) \
                 and old.get("minReaderVersion") == READER_VERSION \
                 and old.get("minWriterVersion") == WRITER_VERSION:
             return None
         return {"minReaderVersion": READER_VERSION, "minWriterVersion": WRITER_VERSION,
                 "readerFeatures": reader + [f for f in need if f not in reader],
-                "writerFeatures": writer + [f for f in need if f not in writer]}
+                "writerFeatures": writer + [f for f in [*need, *writer_only]
+                                            if f not in writer]}
 
     def metadata(self, state: DeltaState) -> dict[str, Any]:
         m = self.src.snapshot.manifest
         old_conf = (state.metadata or {}).get("configuration") or {}
-        max_id = max(self.schema.last_field_id, *self.physical, int(old_conf.get(MAX_ID_KEY, 0)))
+        max_id = max(self.schema.last_field_id, *self.physical, int(old_conf.get(MAX_ID_KEY, 0)),
+                     *(dp.GENERATED_ID_BASE + d.field.field_id for d in self.parts))
         return {
             "id": str(uuid.UUID(hex=hashlib.sha256(m.table_id.encode()).hexdigest()[:32])),
             "format": {"provider": "parquet", "options": {}},
-            "schemaString": self.schema_string(), "partitionColumns": [],
+            "schemaString": self.schema_string(),
+            "partitionColumns": [d.name for d in self.parts],
             "configuration": {"delta.enableDeletionVectors": "true", MODE_KEY: cm.MODE,
                               MAX_ID_KEY: str(max_id)},
             "createdTime": m.created_at_ms}
@@ -517,10 +542,14 @@ class DeltaExport:
         moved = state.physical_names() != {i: p for i, p in self.physical.items()
                                            if i in state.physical_names()} \
             or old_conf.get(MODE_KEY) != cm.MODE
-        if fresh or moved or state.schema != metadata["schemaString"] \
+        # Partition columns changed (the spec, or files that cannot be shown under it):
+        # every file is re-added with its partitionValues under the new columns.
+        reparted = (state.metadata or {}).get("partitionColumns", []) != \
+            metadata["partitionColumns"]
+        if fresh or moved or reparted or state.schema != metadata["schemaString"] \
                 or old_conf != metadata["configuration"]:
             lines.append({"metaData": metadata})
-        restate = fresh or (bool(state.adds) and moved)
+        restate = fresh or (bool(state.adds) and (moved or reparted))
         lines.extend(self.actions(state, writer, restate=restate, fresh=fresh))
         return lines
 

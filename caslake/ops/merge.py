@@ -196,9 +196,9 @@ def _source_column(name: str, names: Sequence[str], what: str) -> str:
 class _Plan:
     """A merge planned on a base version: :meth:`on` gives its :class:`Rewrite`."""
 
-    def __init__(self, ctx: TableContext, source: pa.Table, keys: list[tuple[str, str]],
-                 clauses: tuple[Clause, ...]) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: TableContext | None, source: pa.Table,
+                 keys: list[tuple[str, str]], clauses: tuple[Clause, ...]) -> None:
+        self.ctx = ctx  # None: only :meth:`apply` (on rows read elsewhere) is used
         self.source = source
         self.keys = keys
         self.clauses = clauses
@@ -208,6 +208,7 @@ class _Plan:
 
     def source_keys(self) -> pa.Table:
         """The source's key columns under the table's names and types, NULL keys out."""
+        assert self.ctx is not None
         schema = self.ctx.snapshot.manifest.schema.to_arrow()
         return _keys_of(self.source, self.keys, schema)
 
@@ -219,6 +220,7 @@ class _Plan:
         return None if needs_all else [k for k, _ in self.keys]
 
     def on(self, base: Snapshot) -> Rewrite:
+        assert self.ctx is not None
         schema = base.manifest.schema.to_arrow()
         src_keys = _keys_of(self.source, self.keys, schema, keep_nulls=True)
         columns = self._target_columns(schema)
@@ -230,13 +232,20 @@ class _Plan:
             target = read_target(self.ctx, base, columns, key_scan_where(valid))
         else:
             target = read_target(self.ctx, base, [k for k, _ in self.keys], "FALSE")
+        return Rewrite(plan, self.apply(target, plan, schema))
+
+    def apply(self, target: TargetRows, plan: DeletePlan, schema: pa.Schema) -> pa.Table:
+        """The merge of the source with ``target`` (the target rows it may touch):
+        the rows it hides go into ``plan``, the rows it appends are returned.
+        Spark's merge runs it in each task on the rows its join put there
+        (:mod:`caslake.spark.dml`)."""
+        src_keys = _keys_of(self.source, self.keys, schema, keep_nulls=True)
         pairs = _match(src_keys, target, [k for k, _ in self.keys])
         updated = self._matched(pairs, target, plan, schema)
         inserted = self._not_matched(pairs, schema)
         updated += self._by_source(pairs, target, plan, schema)
         parts = [t for t in (*updated, *inserted) if t.num_rows]
-        rows = pa.concat_tables(parts) if parts else schema.empty_table()
-        return Rewrite(plan, rows)
+        return pa.concat_tables(parts) if parts else schema.empty_table()
 
     def _matched(self, pairs: pa.Table, target: TargetRows, plan: DeletePlan,
                  schema: pa.Schema) -> list[pa.Table]:
@@ -305,6 +314,14 @@ class _Plan:
                 t = tgt.take(rows)
                 out.append(with_values(t, clause.values, scope(None, t), schema))
         return out
+
+
+def merge_rows(source: pa.Table, keys: list[tuple[str, str]], clauses: tuple[Clause, ...],
+               target: TargetRows, plan: DeletePlan, schema: pa.Schema) -> pa.Table:
+    """The merge of ``source`` rows with ``target`` rows read elsewhere (a Spark
+    task's share of the join): hidden rows go into ``plan``, appended rows are
+    returned.  Same semantics as :meth:`MergeBuilder.execute`, errors included."""
+    return _Plan(None, source, keys, clauses).apply(target, plan, schema)
 
 
 def _keys_of(source: pa.Table, keys: list[tuple[str, str]], schema: pa.Schema, *,

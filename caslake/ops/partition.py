@@ -1,6 +1,8 @@
-"""Partition specs on a table: ``update_spec`` (a new default spec, one commit) and
+"""Partition specs on a table: ``update_spec`` (a new default spec, one commit),
 ``overwrite(data, where=...)`` (Delta's replaceWhere: the rows matching a predicate
-replaced by ``data`` in one commit).
+replaced by ``data`` in one commit), and the plan of a dynamic partition overwrite
+(:func:`plan_partition_replace`: every live row in the partitions the new files
+fill, as a delete plan).
 
 Owns the commits; the specs, transforms and values are
 :mod:`caslake.format.partition`'s, the splitting of writes :mod:`caslake.ops.write`'s,
@@ -9,34 +11,44 @@ deletes :mod:`caslake.ops.delete`'s.  docs/protocol.md, "Hidden partitioning".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pyroaring import BitMap
 
 from caslake.core import (
+    POSITION,
     Changes,
     CommitResult,
+    FooterCache,
+    MetadataIO,
     PredicateCondition,
+    Scan,
     SchemaConformer,
     Snapshot,
+    SnapshotSubset,
     TableContext,
+    TombstoneCache,
     run_operation,
 )
 from caslake.errors import ConcurrentModification, RowsOutsideWhere
 from caslake.expr import Expr, compile_where, filter_table
-from caslake.format.manifest import Manifest
+from caslake.format.manifest import DataFile, Manifest
 from caslake.format.partition import (
     PartitionSpec,
+    json_values,
     new_partitioning,
     parse_partition_by,
+    transform_array,
     unpartitioned,
     write_spec,
 )
 from caslake.format.schema import TableSchema
 from caslake.ops import refs
-from caslake.ops.delete import check_where
+from caslake.ops.delete import DeletePlan, check_where
 from caslake.ops.transaction import Transaction
 from caslake.ops.write import as_reader, write_data_files
 
@@ -132,5 +144,49 @@ def overwrite_where(ctx: TableContext, data: Any, where: object, *,
     return tx.commit()
 
 
+def replaced_partitions(files: Sequence[DataFile], spec: PartitionSpec
+                        ) -> set[tuple[Any, ...]]:
+    """The partitions (values under ``spec``) that new ``files`` hold rows of."""
+    return {tuple(f.partition.values) for f in files
+            if f.partition is not None and f.partition.spec_id == spec.spec_id and f.row_count}
+
+
+def plan_partition_replace(io: MetadataIO, footers: FooterCache, tombstones: TombstoneCache,
+                           base: Snapshot, spec: PartitionSpec,
+                           partitions: set[tuple[Any, ...]]) -> DeletePlan:
+    """A dynamic partition overwrite's delete: every live row of ``base`` whose
+    partition under ``spec`` is one of ``partitions``.  A file written with ``spec``
+    is in one partition: dropped whole (unread) when it is one of them.  The rows of
+    other files (unpartitioned, or of an older spec) are read -- only ``spec``'s
+    source columns -- and those in the partitions are hidden."""
+    plan = DeletePlan(base)
+    if not partitions:
+        return plan
+    others: list[DataFile] = []
+    for f in io.live_files(base):
+        if f.partition is not None and f.partition.spec_id == spec.spec_id:
+            if tuple(f.partition.values) in partitions:
+                plan.drop_whole(f)
+        else:
+            others.append(f)
+    if not others:
+        return plan
+    schema = base.manifest.schema
+    by_id = {f.id: f.name for f in schema.fields}
+    columns = sorted({by_id[f.source_id] for f in spec.fields})
+    scan = Scan(io, footers, SnapshotSubset.of(base, others), columns, None, tombstones)
+    for task, rows in scan.matching_rows():
+        if not rows.num_rows:
+            continue
+        values = zip(*(json_values(transform_array(f.kind, f.param,
+                                                   rows.column(by_id[f.source_id])))
+                       for f in spec.fields), strict=True)
+        hit = np.fromiter((v in partitions for v in values), dtype=bool, count=rows.num_rows)
+        if hit.any():
+            positions = rows.column(POSITION).to_numpy()[hit]
+            plan.add(task, BitMap(positions.astype(np.uint32)))
+    return plan
+
+
 __all__ = ["RowsOutsideWhere", "create_partitioning", "default_spec", "overwrite_where",
-           "update_spec"]
+           "plan_partition_replace", "replaced_partitions", "update_spec"]

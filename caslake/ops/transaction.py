@@ -40,6 +40,7 @@ from caslake.errors import InvalidArgument, SchemaMismatch, StoreError
 from caslake.expr import compile_where
 from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile, TombstoneRef
+from caslake.format.partition import PartitionSpec, write_spec
 from caslake.ops.delete import (
     DeletePlan,
     Planner,
@@ -107,11 +108,17 @@ class Transaction:
     def _schema(self) -> pa.Schema:
         return self._ctx.snapshot.manifest.schema.to_arrow()
 
+    def _spec(self) -> PartitionSpec | None:
+        """The spec staged files are written with: the handle's version's default
+        (each file records its spec id, and specs are never removed, so a spec
+        changed concurrently leaves the file's partition valid)."""
+        return write_spec(self._ctx.snapshot.manifest.partitioning)
+
     def append(self, data: Any) -> None:
         self._check_open()
         files = write_data_files(self._ctx.store, as_reader(data, self._schema()),
                                  self._ctx.snapshot.manifest.schema,
-                                 self._ctx.write_options)
+                                 self._ctx.write_options, spec=self._spec())
         self._files.extend(files)
         self._ops.append("append")
 
@@ -138,7 +145,7 @@ class Transaction:
         self._conditions.append(KeyCondition(key_table))
         self._files.extend(write_data_files(self._ctx.store, conformed.to_reader(),
                                             self._ctx.snapshot.manifest.schema,
-                                            self._ctx.write_options))
+                                            self._ctx.write_options, spec=self._spec()))
         self._ops.append("upsert")
         self._params.setdefault("key", ",".join(keys))
 
@@ -232,10 +239,13 @@ class Rewrite:
 
     plan: DeletePlan
     rows: pa.Table
+    # Data files already uploaded with the rows to append (Spark's tasks write them,
+    # with the base's partition spec); committed with the files ``rows`` become.
+    files: tuple[DataFile, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not self.plan.per_file and not self.rows.num_rows
+        return not self.plan.per_file and not self.rows.num_rows and not self.files
 
 
 def commit_rewrite(ctx: TableContext, operation: str, plan: Callable[[Snapshot], Rewrite], *,
@@ -261,18 +271,18 @@ def commit_rewrite(ctx: TableContext, operation: str, plan: Callable[[Snapshot],
         refs: tuple[TombstoneRef, ...] = ()
         dropped: tuple[DataFile, ...] = ()
         hidden = 0
-        partitioning = base.manifest.partitioning
-        spec = partitioning.default if partitioning is not None and \
-            partitioning.default.fields else None
+        spec = write_spec(base.manifest.partitioning)
         if not rewrite.empty:
+            files = rewrite.files
             if rewrite.rows.num_rows:
-                files = tuple(write_data_files(ctx.store, rewrite.rows.to_reader(),
-                                               base.manifest.schema, ctx.write_options,
-                                               spec=spec))
+                files += tuple(write_data_files(ctx.store, rewrite.rows.to_reader(),
+                                                base.manifest.schema, ctx.write_options,
+                                                spec=spec))
             refs, dropped, hidden = write_delete(io, rewrite.plan, commit_id=commit_id,
                                                  conditions=())
+        ordered = spec is None and not rewrite.files
         state.update(rewrite=rewrite, files=files, refs=refs, dropped=dropped, hidden=hidden,
-                     params={**params, **(in_order or {})} if spec is None else dict(params))
+                     params={**params, **(in_order or {})} if ordered else dict(params))
 
     def prepare(base: Snapshot) -> Changes | None:
         rewrite: Rewrite | None = state.get("rewrite")

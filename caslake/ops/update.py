@@ -252,6 +252,15 @@ def update(ctx: TableContext, set_: Mapping[str, object], where: str | Expr | No
         target.hide(rewrite, target.rows)
         return Rewrite(rewrite, new)
 
+    params, requirements = update_terms(set_, where, read_version)
+    return commit_rewrite(ctx, "update", plan, params=params, requirements=requirements,
+                          in_order={PAIR_PARAM: PAIR_BY_POSITION})
+
+
+def update_terms(set_: Mapping[str, object], where: str | Expr | None,
+                 read_version: int | None) -> tuple[dict[str, str], tuple[Requirement, ...]]:
+    """An UPDATE commit's operation params and requirements (``read_version``: no
+    commit since it changed rows ``where`` could match)."""
     params = {"set": describe(set_)}
     if where is not None:
         params["where"] = str(where)
@@ -259,5 +268,4 @@ def update(ctx: TableContext, set_: Mapping[str, object], where: str | Expr | No
     if read_version is not None:
         requirements = (ReadSetUnchanged(read_version, (PredicateCondition(
             where if where is not None else "TRUE"),), "update"),)
-    return commit_rewrite(ctx, "update", plan, params=params, requirements=requirements,
-                          in_order={PAIR_PARAM: PAIR_BY_POSITION})
+    return params, requirements

@@ -7,6 +7,10 @@
     df.writeStream.format("caslake").option("checkpointLocation", chk).start("s3://bucket/t")
     caslake.spark.delete(spark, uri, "user = 'u1'")      # positions found by Spark tasks
     caslake.spark.upsert(spark, uri, cdc_df, key=["id"])  # one commit
+    caslake.spark.update(spark, uri, set={"status": "'closed'"}, where="day < '2024-01-01'")
+    caslake.spark.merge(spark, uri, cdc_df, on=["id"]).when_matched_update_all()\
+        .when_not_matched_insert_all().execute()          # one commit, Spark joins
+    caslake.spark.save(df, uri, mode="overwrite", partitionOverwriteMode="dynamic")
     caslake.spark.read_native(spark, uri, version=3)      # Spark's own Parquet reader
     caslake.spark.write_dataset(df, root, "silver/orders")  # RFC-0008 dataset, one commit
     caslake.spark.read_dataset(spark, root, "silver/orders")
@@ -30,7 +34,7 @@ from pyspark.sql import SparkSession
 
 from caslake.errors import OptionalDependencyMissing
 from caslake.spark.dataset import read_dataset, write_dataset
-from caslake.spark.dml import delete, upsert
+from caslake.spark.dml import delete, merge, update, upsert
 from caslake.spark.native import read_native
 from caslake.spark.read_plan import CaslakePartition
 from caslake.spark.save import save
@@ -52,10 +56,12 @@ __all__ = [
     "CaslakeWriter",
     "check_worker_python",
     "delete",
+    "merge",
     "read_dataset",
     "read_native",
     "register",
     "save",
+    "update",
     "upsert",
     "write_dataset",
 ]

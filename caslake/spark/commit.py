@@ -28,13 +28,15 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from caslake.core import (
     STARTED_AT_MS,
+    Changes,
     CommitResult,
     MetadataIO,
+    Snapshot,
     TableContext,
     find_commit,
     run_operation,
@@ -54,7 +56,10 @@ from caslake.errors import (
     VersionNotFound,
 )
 from caslake.format.manifest import DataFile
+from caslake.format.partition import write_spec
 from caslake.format.schema import TableSchema
+from caslake.ops.delete import changes_for, write_delete
+from caslake.ops.partition import plan_partition_replace, replaced_partitions
 from caslake.store.base import ObjectStore
 from caslake.store.options import StorageOptions
 from caslake.table import create_table
@@ -126,10 +131,35 @@ def _delete(store: ObjectStore, files: Sequence[DataFile]) -> None:
             store.delete(f.path)
 
 
+def replace_partitions_prepare(ctx: TableContext, files: Sequence[DataFile], *,
+                               commit_id: str, txn: tuple[str, int] | None,
+                               params: dict[str, str]
+                               ) -> Callable[[Snapshot], Changes | None] | None:
+    """The ``prepare`` of a dynamic partition overwrite (Spark's
+    ``partitionOverwriteMode=dynamic``): add ``files`` and delete every live row in
+    the partitions they fill (:func:`caslake.ops.partition.plan_partition_replace`),
+    other partitions untouched.  None when the table is unpartitioned: then, as in
+    Delta, the overwrite replaces every row."""
+    spec = write_spec(ctx.snapshot.manifest.partitioning)
+    if spec is None:
+        return None
+    added = tuple(files)
+    filled = replaced_partitions(added, spec)
+
+    def prepare(base: Snapshot) -> Changes | None:
+        plan = plan_partition_replace(ctx.io, ctx.footers, ctx.tombstones, base, spec, filled)
+        refs, dropped, hidden = write_delete(ctx.io, plan, commit_id=commit_id, conditions=())
+        changes = changes_for("overwrite", refs, dropped, added, dict(params), hidden)
+        return None if changes is None else replace(changes, txn=txn)
+
+    return prepare
+
+
 def commit_files(store: ObjectStore, *, uri: str, storage_options: StorageOptions,
                  schema: TableSchema, files: Sequence[DataFile], start_version: int | None,
                  commit_id: str, overwrite: bool, txn: tuple[str, int] | None,
-                 params: dict[str, str], started_at_ms: int | None = None) -> CommitResult:
+                 params: dict[str, str], started_at_ms: int | None = None,
+                 dynamic: bool = False) -> CommitResult:
     """Commit ``files`` (written with ``schema``) as exactly one version, through the
     one operation runner (:func:`caslake.core.run_operation`) as every other write.
 
@@ -138,8 +168,10 @@ def commit_files(store: ObjectStore, *, uri: str, storage_options: StorageOption
     ``txn``: if it already landed, no version is created and ``files`` are deleted
     (nothing can reference them).  ``started_at_ms``: when the first task began
     uploading; the commit is refused (``WriterOutlivedGc``) if gc has since collected
-    objects uploaded after it.  See the module docstring for the state kept for
-    ``abort``."""
+    objects uploaded after it.  ``dynamic`` (with ``overwrite``): replace only the
+    partitions the files fill (:func:`replace_partitions_prepare`; any commit since
+    ``start_version`` is a conflict, as for a full overwrite).  See the module
+    docstring for the state kept for ``abort``."""
     after = -1 if start_version is None else start_version
     _record(commit_id, OpenCommit(after, None))
     operation = "overwrite" if overwrite else "append"
@@ -154,11 +186,15 @@ def commit_files(store: ObjectStore, *, uri: str, storage_options: StorageOption
                     raise ConcurrentModification(
                         "the table was created by another writer during this overwrite",
                         help="re-run the overwrite") from None
-        prepare = write_prepare(operation, files, remove_all=overwrite, txn=txn, params=params)
         requirements = write_requirements(operation, schema, txn=txn,
                                           base_version=required if overwrite else None)
         io = MetadataIO(store)
         ctx = TableContext(store, io.latest(), io=io)
+        prepare = (replace_partitions_prepare(ctx, files, commit_id=commit_id, txn=txn,
+                                              params=params) if overwrite and dynamic else None)
+        if prepare is None:
+            prepare = write_prepare(operation, files, remove_all=overwrite, txn=txn,
+                                    params=params)
         # The runner refuses the commit if gc collected uploads made after the first
         # task began (only when it adds files, as the requirement did here before).
         started = {} if started_at_ms is None else {STARTED_AT_MS: started_at_ms}

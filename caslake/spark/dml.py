@@ -29,11 +29,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyroaring import BitMap
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -47,33 +49,42 @@ from caslake.core import (
     FooterCache,
     KeyCondition,
     MetadataIO,
+    PredicateCondition,
+    ReadSetUnchanged,
+    Requirement,
     Scan,
     Snapshot,
     SnapshotSubset,
     TombstoneCache,
     check_txn,
     external_uris,
+    key_scan_where,
     noop_result,
     route,
     txn_applied,
 )
 from caslake.errors import (
-    CaslakeError,
     CommitConflict,
     InvalidArgument,
     SchemaMismatch,
     StoreError,
     UserInputError,
 )
-from caslake.expr import Expr
+from caslake.expr import Expr, Value, compile_where
 from caslake.format.keys import new_token
+from caslake.format.manifest import DataFile, parse_data_file
+from caslake.format.partition import write_spec
+from caslake.format.schema import TableSchema
 from caslake.ops.delete import DeletePlan, Planner, check_where, condition_scan, matching_positions
-from caslake.ops.transaction import Transaction, upsert_keys
+from caslake.ops.merge import BY_SOURCE, NOT_MATCHED, Clause, MergeBuilder, merge_rows
+from caslake.ops.transaction import Rewrite, Transaction, commit_rewrite, upsert_keys
+from caslake.ops.update import FILE, TargetRows, assignments, update_terms, with_values
 from caslake.ops.upsert import duplicate_key
-from caslake.spark.messages import data_file_from_json
-from caslake.spark.save import caslake_error_from_spark
+from caslake.ops.write import WriteOptions, write_data_files
+from caslake.spark.messages import table_schema_from_json
+from caslake.spark.save import caslake_errors
 from caslake.spark.types import conform_for_read, conform_for_write, spark_type_for
-from caslake.spark.write import WriteTarget
+from caslake.spark.write import WriteTarget, data_file, specs_from_json, written_files_task
 from caslake.store import open_store
 from caslake.store.options import StorageOptions
 from caslake.table import CommitResult, open_table
@@ -83,6 +94,7 @@ from caslake.table import CommitResult, open_table
 BROADCAST_KEYS_LIMIT = 1_000_000
 PATH = "path"
 POSITIONS = "positions"
+FILE_ENTRY = "file"
 
 
 # --- the units of work Spark tasks get (plain, picklable values) ------------------
@@ -253,15 +265,6 @@ def delete(spark: SparkSession, uri: str, where: str | Expr, *,
 # --- upsert -----------------------------------------------------------------------
 
 
-def _written_files(target: WriteTarget, job_id: str, batches: Iterator[pa.RecordBatch]
-                   ) -> Iterator[pa.RecordBatch]:
-    """A Spark task: write the partition's rows as data files (the data source's
-    write task), return their manifest entries as JSON."""
-    message = target.write_task(target.open_store(), job_id, batches)
-    yield pa.RecordBatch.from_arrays(
-        [pa.array([json.dumps(f) for f in message.files], pa.string())], names=["file"])
-
-
 def _key_table(batches: list[pa.RecordBatch], target: pa.Schema, keys: list[str]) -> pa.Table:
     """The distinct keys in the table's types.  Nullable fields whatever the table
     says (as conform_for_write gives them): the keys carry no NULL (they were
@@ -324,18 +327,11 @@ def _upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | s
     started = table.context.meter()  # before the tasks upload: gc's fence counts from here
     # Checks df's columns against the table before any task runs.
     writer = WriteTarget(uri, cast(StorageOptions, dict(storage_options or {})), df.schema)
-    try:
-        entries = df.mapInArrow(functools.partial(_written_files, writer, new_token()),
+    with caslake_errors():  # a NULL in a NOT NULL column...
+        entries = df.mapInArrow(functools.partial(written_files_task, writer, new_token()),
                                 "file string").collect()
-    except CaslakeError:
-        raise
-    except Exception as e:  # a caslake error in a task (a NULL in a NOT NULL column...)
-        raised = caslake_error_from_spark(e)
-        if raised is None:
-            raise
-        raise raised from None
     schema = table.table_schema
-    files = [data_file_from_json(json.loads(r["file"]), schema) for r in entries]
+    files = [data_file(json.loads(r["file"]), schema, writer.partitioning) for r in entries]
     # Files are deleted on a failure only when no commit of them can have landed:
     # before the commit starts, when the first planning job fails (nothing was
     # written yet), or when the core says so (conflict, bad input).
@@ -406,4 +402,330 @@ def _key_condition(df: DataFrame, keys: list[str], target: pa.Schema, limit: int
     return KeyCondition(_key_table(bounds.to_batches(), target, keys)), frame
 
 
-__all__ = ["BROADCAST_KEYS_LIMIT", "delete", "run_match_job", "spark_planner", "upsert"]
+
+
+# --- update and merge: Spark tasks compute and write the new rows -----------------------
+
+
+_REWRITE_SCHEMA = StructType([StructField(PATH, StringType()),
+                              StructField(POSITIONS, BinaryType()),
+                              StructField(FILE_ENTRY, StringType())])
+
+
+@dataclass(frozen=True)
+class RewriteJob:
+    """What an UPDATE's or MERGE's tasks need (plain, picklable): where to read
+    (``match``), the table schema and partition specs the base had (their JSON), and
+    for a merge its source columns (the DataFrame's order), keys and clauses."""
+
+    match: MatchJob
+    schema: dict[str, Any]
+    partitioning: dict[str, Any] | None
+    values: dict[str, Value] = field(default_factory=dict)
+    where: str | Expr | None = None
+    source_names: tuple[str, ...] = ()
+    keys: tuple[tuple[str, str], ...] = ()
+    clauses: tuple[Clause, ...] = ()
+
+    def table_schema(self) -> TableSchema:
+        return table_schema_from_json(self.schema)
+
+
+def _rewrite_job(uri: str, storage_options: StorageOptions | None, base: Snapshot,
+                 **kwargs: Any) -> RewriteJob:
+    p = base.manifest.partitioning
+    opts = cast(StorageOptions, dict(storage_options or {}))
+    return RewriteJob(MatchJob(uri, opts, external_uris(base.manifest)),
+                      base.manifest.schema.to_json(), None if p is None else p.to_json(),
+                      **kwargs)
+
+
+def _written(job: RewriteJob, hidden: dict[str, BitMap], rows: pa.Table
+             ) -> Iterator[pa.RecordBatch]:
+    """A task's result: ``rows`` written as data files with the base's partition spec
+    (the table's own store), then one output row per file hidden and per file written."""
+    schema = job.table_schema()
+    files: list[DataFile] = []
+    if rows.num_rows:
+        spec = write_spec(specs_from_json(job.partitioning, schema))
+        files = write_data_files(open_store(job.match.uri, job.match.storage_options or None),
+                                 rows.to_reader(), schema, WriteOptions(), spec=spec)
+    paths = [*hidden, *([None] * len(files))]
+    blobs = [*(bm.serialize() for bm in hidden.values()), *([None] * len(files))]
+    entries = [*([None] * len(hidden)), *(json.dumps(f.to_json()) for f in files)]
+    if paths:
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(paths, pa.string()), pa.array(blobs, pa.binary()),
+             pa.array(entries, pa.string())], names=[PATH, POSITIONS, FILE_ENTRY])
+
+
+def _update_task(job: RewriteJob, groups: Any, batches: Iterator[pa.RecordBatch]
+                 ) -> Iterator[pa.RecordBatch]:
+    """A Spark task of an UPDATE: for each group index, the group's live rows matching
+    ``where`` get their new values (the core's type rule); returns their positions
+    and the data files of the new rows."""
+    arrow = job.table_schema().to_arrow()
+    hidden: dict[str, BitMap] = {}
+    new: list[pa.Table] = []
+    for batch in batches:
+        for i in batch.column(0).to_pylist():
+            store = route(open_store(job.match.uri, job.match.storage_options or None),
+                          job.match.external, job.match.storage_options or None)
+            scan = Scan(MetadataIO(store), FooterCache(), groups.value[i], None, job.where,
+                        TombstoneCache())
+            for task, rows in scan.matching_rows():
+                if not rows.num_rows:
+                    continue
+                old = rows.drop_columns([POSITION]).select(arrow.names)
+                new.append(with_values(old, job.values, old, arrow))
+                positions = BitMap(rows.column(POSITION).to_numpy().astype("uint32"))
+                hidden[task.file.path] = hidden.get(task.file.path, BitMap()) | positions
+    yield from _written(job, hidden, pa.concat_tables(new) if new else arrow.empty_table())
+
+
+def _run_rewrite(frame: DataFrame, task: Any, base: Snapshot, by_path: dict[str, FileTask]
+                 ) -> Rewrite:
+    """Collect a rewrite job's output as the commit's :class:`Rewrite`: the positions
+    hidden per file (the driver's planned tasks) and the files the tasks wrote."""
+    with caslake_errors():  # a value that does not fit, DuplicateKey...
+        out = frame.mapInArrow(task, _REWRITE_SCHEMA).collect()
+    plan = DeletePlan(base)
+    files: list[DataFile] = []
+    schema = base.manifest.schema
+    for row in out:
+        if row[PATH] is not None:
+            plan.add(by_path[row[PATH]], BitMap.deserialize(bytes(row[POSITIONS])))
+        else:
+            files.append(parse_data_file(json.loads(row[FILE_ENTRY]), schema,
+                                         source="spark rewrite task",
+                                         partitioning=base.manifest.partitioning))
+    return Rewrite(plan, schema.to_arrow().empty_table(), tuple(files))
+
+
+def update(spark: SparkSession, uri: str, set: Mapping[str, object],
+           where: str | Expr | None = None, *, storage_options: StorageOptions | None = None,
+           read_version: int | None = None) -> CommitResult:
+    """``UPDATE t SET ... WHERE ...`` as ``Table.update`` does it (one tombstone, the
+    new rows appended, one commit, the same rebase rules and ``read_version``), with
+    Spark tasks reading the matching rows, computing their new values and writing
+    them (files split by the table's partition spec).  The driver prunes with the
+    core planner and checks the values' types before any task runs."""
+    table = open_table(uri, storage_options=storage_options)
+    ctx = table.context
+    arrow = ctx.snapshot.manifest.schema.to_arrow()
+    values = assignments(set, arrow.names, "update")
+    if where is not None:
+        where = check_where(where)
+        compile_where(where, arrow)
+    empty = arrow.empty_table()
+    with_values(empty, values, empty, arrow)  # a value of the wrong type: SchemaMismatch now
+
+    def plan(base: Snapshot) -> Rewrite:
+        cond = PredicateCondition(where if where is not None else "TRUE")
+        tasks = condition_scan(ctx.io, ctx.footers, ctx.tombstones, base, cond).plan().tasks
+        if not tasks:
+            return Rewrite(DeletePlan(base), base.manifest.schema.to_arrow().empty_table())
+        groups = group_tasks(tasks, base, 2 * spark.sparkContext.defaultParallelism)
+        job = _rewrite_job(uri, storage_options, base, values=values, where=where)
+        groups_bc = spark.sparkContext.broadcast(groups)
+        try:
+            frame = spark.range(0, len(groups), 1, len(groups))
+            return _run_rewrite(frame, functools.partial(_update_task, job, groups_bc), base,
+                                {t.file.path: t for t in tasks})
+        finally:
+            with contextlib.suppress(Exception):
+                groups_bc.destroy()
+
+    params, requirements = update_terms(set, where, read_version)
+    return commit_rewrite(ctx, "update", plan, params={**params, "engine": "spark"},
+                          requirements=requirements)
+
+
+_SROW, _TPATH, _TPOS = "__caslake_srow", "__caslake_tpath", "__caslake_tpos"
+_ROW = "__caslake_row"
+
+
+def _target_side(i: int) -> str:
+    return f"__caslake_t{i}"
+
+
+def _source_side(i: int) -> str:
+    return f"__caslake_s{i}"
+
+
+def _target_task(job: RewriteJob, groups: Any, expected: pa.Schema,
+                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A Spark task reading a MERGE's target: the live rows of each group it is given
+    (within the source keys' bounds, ``job.where``), every column renamed
+    :func:`_target_side`, with their file and position."""
+    arrow = job.table_schema().to_arrow()
+    options = job.match.storage_options or None
+    for batch in batches:
+        for i in batch.column(0).to_pylist():
+            store = route(open_store(job.match.uri, options), job.match.external, options)
+            scan = Scan(MetadataIO(store), FooterCache(), groups.value[i], None, job.where,
+                        TombstoneCache())
+            for task, rows in scan.matching_rows():
+                if not rows.num_rows:
+                    continue
+                renamed = pa.Table.from_arrays(
+                    [*(rows.column(n) for n in arrow.names),
+                     pa.array([task.file.path] * rows.num_rows, pa.string()),
+                     rows.column(POSITION).cast(pa.int64())],
+                    names=[*(_target_side(k) for k in range(len(arrow))), _TPATH, _TPOS])
+                for b in renamed.to_batches():
+                    yield conform_for_read(b, expected)
+
+
+class _Hidden:
+    """A task's stand-in for a DeletePlan: the positions hidden per file path
+    (``TargetRows.tasks`` hold the paths there)."""
+
+    def __init__(self) -> None:
+        self.per_path: dict[str, BitMap] = {}
+
+    def add(self, path: str, positions: BitMap) -> None:
+        self.per_path[path] = self.per_path.get(path, BitMap()) | positions
+
+
+def _first_of_each(table: pa.Table, columns: list[str]) -> pa.Table:
+    """``table``'s rows whose ``columns`` are not NULL, the first of each distinct value
+    of them, in ``table``'s order."""
+    present = table.filter(pc.is_valid(table.column(columns[-1])))
+    numbered = present.append_column(_ROW, pa.array(np.arange(present.num_rows), pa.int64()))
+    firsts = numbered.group_by(columns, use_threads=False).aggregate([(_ROW, "min")])
+    return present.take(pa.array(np.sort(firsts.column(f"{_ROW}_min").to_numpy())))
+
+
+def _merge_task(job: RewriteJob, batches: Iterator[pa.RecordBatch]
+                ) -> Iterator[pa.RecordBatch]:
+    """A Spark task of a MERGE: the joined rows of its share of target rows (every
+    pair of a target row is in one task) and of unmatched source rows; the core's
+    clause logic (:func:`caslake.ops.merge.merge_rows`) on them; the new rows written."""
+    schema = job.table_schema()
+    arrow = schema.to_arrow()
+    received = list(batches)
+    joined = pa.Table.from_batches(received) if received else None
+    if joined is None or not joined.num_rows:
+        return
+    src = _first_of_each(joined, [_SROW])
+    source = pa.Table.from_arrays([src.column(_source_side(k))
+                                   for k in range(len(job.source_names))],
+                                  names=list(job.source_names))
+    tgt = _first_of_each(joined, [_TPATH, _TPOS]).sort_by([(_TPATH, "ascending"),
+                                                           (_TPOS, "ascending")])
+    spark_rows = pa.Table.from_arrays([tgt.column(_target_side(k)) for k in range(len(arrow))],
+                                      names=arrow.names)
+    conformed = [conform_for_write(b, arrow) for b in spark_rows.to_batches()]
+    rows = pa.Table.from_batches(conformed) if conformed else arrow.empty_table()
+    of_row = [str(p) for p in tgt.column(_TPATH).to_pylist()]  # never NULL: filtered
+    paths = sorted(set(of_row))
+    index = {p: k for k, p in enumerate(paths)}
+    rows = rows.append_column(FILE, pa.array([index[p] for p in of_row], pa.int32()))
+    rows = rows.append_column(POSITION, tgt.column(_TPOS).cast(pa.int64()))
+    hidden = _Hidden()
+    target = TargetRows(rows, cast(Any, tuple(paths)))
+    new = merge_rows(source, list(job.keys), job.clauses, target, cast(Any, hidden), arrow)
+    yield from _written(job, hidden.per_path, new)
+
+
+class SparkMergeBuilder(MergeBuilder):
+    """``caslake.spark.merge(spark, uri, df, on=[...])``: the clauses of
+    ``Table.merge``, executed with Spark doing the work (see :meth:`execute`)."""
+
+    def __init__(self, spark: SparkSession, uri: str, df: DataFrame, on: Sequence[str] | str,
+                 storage_options: StorageOptions | None) -> None:
+        table = open_table(uri, storage_options=storage_options)
+        super().__init__(table.context, to_arrow_schema(df.schema, timezone="UTC").empty_table(),
+                         on)
+        self._spark, self._uri, self._df = spark, uri, df
+        self._storage_options = storage_options
+
+    def execute(self, *, read_version: int | None = None) -> CommitResult:
+        """One commit, as ``Table.merge(...).execute()``.  Spark reads the target rows
+        the source's keys may match (every live row with a ``not_matched_by_source``
+        clause), joins them with ``df`` on the keys, and each task applies the clauses
+        to its rows (all pairs of one target row land in one task, so a target row
+        that two source rows match is a DuplicateKey error) and writes the new rows.
+        ``df`` is evaluated twice per planning (its keys' bounds, then the join):
+        persist it first if it is costly or not deterministic."""
+        if not self._clauses:
+            raise InvalidArgument("merge needs at least one when_... clause")
+        clauses = tuple(self._clauses)
+        keys = tuple(self._keys)
+        ctx = self._ctx
+        by_source = any(c.kind == BY_SOURCE for c in clauses)
+        inserts = any(c.kind == NOT_MATCHED for c in clauses)
+        source = self._df.withColumn(_SROW, F.monotonically_increasing_id())
+        source = source.select(*(F.col(n).alias(_source_side(k))
+                                 for k, n in enumerate(self._df.columns)), _SROW)
+
+        def plan(base: Snapshot) -> Rewrite:
+            arrow = base.manifest.schema.to_arrow()
+            bounds = None if by_source else self._key_bounds(arrow)
+            cond: Condition = PredicateCondition("TRUE") if bounds is None else bounds
+            tasks = [] if not by_source and bounds is None else condition_scan(
+                ctx.io, ctx.footers, ctx.tombstones, base, cond).plan().tasks
+            where = None if bounds is None else key_scan_where(bounds.keys)
+            job = _rewrite_job(self._uri, self._storage_options, base,
+                               source_names=tuple(self._df.columns), keys=keys,
+                               clauses=clauses, where=where)
+            spark = self._spark
+            spark_schema = StructType(
+                [*(StructField(_target_side(k), spark_type_for(f.type, f.name))
+                   for k, f in enumerate(arrow)),
+                 StructField(_TPATH, StringType()), StructField(_TPOS, LongType())])
+            groups = group_tasks(tasks, base, 2 * spark.sparkContext.defaultParallelism)
+            groups_bc = spark.sparkContext.broadcast(groups)
+            try:
+                target = spark.range(0, len(groups), 1, max(1, len(groups))).mapInArrow(
+                    functools.partial(_target_task, job, groups_bc,
+                                      to_arrow_schema(spark_schema, timezone="UTC")),
+                    spark_schema)
+                how = {(True, True): "full", (True, False): "right", (False, True): "left",
+                       (False, False): "inner"}[(by_source, inserts)]
+                on = [F.col(_source_side(self._df.columns.index(sk)))
+                      .cast(spark_type_for(arrow.field(tk).type, tk)) == F.col(_target_side(
+                          arrow.names.index(tk))) for tk, sk in keys]
+                joined = source.join(target, on=on, how=how).repartition(
+                    2 * spark.sparkContext.defaultParallelism,
+                    F.coalesce(F.col(_TPATH), F.col(_SROW).cast("string")), F.col(_TPOS))
+                return _run_rewrite(joined, functools.partial(_merge_task, job), base,
+                                    {t.file.path: t for t in tasks})
+            finally:
+                with contextlib.suppress(Exception):
+                    groups_bc.destroy()
+
+        params = {"key": ",".join(k for k, _ in keys), "engine": "spark",
+                  "clauses": "; ".join(c.text for c in clauses)}
+        requirements: tuple[Requirement, ...] = ()
+        if read_version is not None:
+            requirements = (ReadSetUnchanged(read_version, (PredicateCondition("TRUE"),),
+                                             "merge"),)
+        return commit_rewrite(ctx, "merge_into", plan, params=params, requirements=requirements)
+
+    def _key_bounds(self, arrow: pa.Schema) -> KeyCondition | None:
+        """The source keys' bounds in the table's types (one Spark job), for pruning
+        the target; None when the source has no non-NULL key."""
+        frame = self._df.select(*(F.col(sk).cast(spark_type_for(arrow.field(tk).type, tk))
+                                  .alias(tk) for tk, sk in self._keys)).dropna()
+        aggs = [f(tk).alias(f"{name}_{i}") for i, (tk, _) in enumerate(self._keys)
+                for name, f in (("lo", F.min), ("hi", F.max))]
+        row = frame.agg(*aggs).toArrow()
+        if row.num_rows == 0 or row.column("lo_0").null_count:
+            return None
+        bounds = pa.table({tk: pa.concat_arrays([row.column(f"lo_{i}").combine_chunks(),
+                                                 row.column(f"hi_{i}").combine_chunks()])
+                           for i, (tk, _) in enumerate(self._keys)})
+        return KeyCondition(_key_table(bounds.to_batches(), arrow, [k for k, _ in self._keys]))
+
+
+def merge(spark: SparkSession, uri: str, df: DataFrame, on: Sequence[str] | str, *,
+          storage_options: StorageOptions | None = None) -> SparkMergeBuilder:
+    """``Table.merge(df, on=...)`` with Spark doing the work: add the same
+    ``when_...`` clauses, then ``.execute()`` (one commit)."""
+    return SparkMergeBuilder(spark, uri, df, on, storage_options)
+
+
+__all__ = ["BROADCAST_KEYS_LIMIT", "SparkMergeBuilder", "delete", "merge", "run_match_job",
+           "spark_planner", "update", "upsert"]

@@ -29,12 +29,14 @@ from pyspark.sql.types import StructField, StructType
 
 from caslake.core import MetadataIO, check_txn, txn_applied
 from caslake.errors import InvalidArgument, SchemaMismatch, StoreError, TableNotFound
+from caslake.format import PARTITION_FORMAT_VERSION
 from caslake.format.keys import new_token
-from caslake.format.manifest import DataFile
+from caslake.format.manifest import DataFile, parse_data_file, parse_partitioning
+from caslake.format.partition import Partitioning, PartitionSpec, write_spec
 from caslake.format.schema import TableSchema
 from caslake.ops.write import WriteOptions, write_data_files
 from caslake.spark.commit import abort_files, commit_files, forget_commit
-from caslake.spark.messages import data_file_from_json, table_schema_from_json
+from caslake.spark.messages import table_schema_from_json
 from caslake.spark.types import arrow_schema_for, check_writable, conform_for_write
 from caslake.store import open_store
 from caslake.store.base import ObjectStore
@@ -69,6 +71,36 @@ def txn_from_options(options: Mapping[str, str]) -> tuple[str, int] | None:
     return check_txn((app_id, version))
 
 
+PARTITION_OVERWRITE_MODE = "partitionOverwriteMode"
+
+
+def dynamic_overwrite(mode: str | None) -> bool:
+    """Is Spark's ``partitionOverwriteMode`` ``dynamic`` (else ``static``, the default)?
+    Anything else is InvalidArgument naming the option."""
+    if mode is None or mode.strip().lower() == "static":
+        return False
+    if mode.strip().lower() == "dynamic":
+        return True
+    raise InvalidArgument(f"option {PARTITION_OVERWRITE_MODE} must be 'static' or "
+                          f"'dynamic', not {mode!r}")
+
+
+def specs_from_json(obj: Mapping[str, Any] | None, schema: TableSchema) -> Partitioning | None:
+    """``Partitioning.to_json()`` parsed back (None stays None); CorruptMetadata if bad."""
+    if obj is None:
+        return None
+    return parse_partitioning(dict(obj), schema, PARTITION_FORMAT_VERSION,
+                              source="spark commit message")
+
+
+def data_file(obj: Mapping[str, Any], schema: TableSchema,
+              partitioning: Mapping[str, Any] | None) -> DataFile:
+    """A task's ``DataFile.to_json()`` entry parsed back, its partition checked against
+    the specs it was written under (``Partitioning.to_json()``); CorruptMetadata if bad."""
+    return parse_data_file(dict(obj), schema, source="spark commit message",
+                           partitioning=specs_from_json(partitioning, schema))
+
+
 def _spark_arrow_type(f: StructField) -> pa.DataType:
     t: pa.DataType = to_arrow_schema(StructType([f]), timezone="UTC").field(0).type
     return t
@@ -84,6 +116,8 @@ class CaslakeCommitMessage(WriterCommitMessage):
     rows: int = 0
     schema: dict[str, Any] | None = None
     started_at_ms: int | None = None  # the task's clock before its first upload
+    # The table's partition specs the files were written under (None: unpartitioned).
+    partitioning: dict[str, Any] | None = None
 
 
 class WriteTarget:
@@ -97,11 +131,16 @@ class WriteTarget:
         self.storage_options = storage_options
         self.start_version: int | None
         self.txns: dict[str, int] = {}
+        # The table's partition specs (Partitioning.to_json()): tasks write with
+        # the default one, so no file spans partitions.  None: unpartitioned.
+        self.partitioning: dict[str, Any] | None = None
         try:
             snap = MetadataIO(self.open_store()).latest()
             table_schema = snap.manifest.schema
             self.start_version = snap.version
             self.txns = dict(snap.manifest.txns)
+            if snap.manifest.partitioning is not None:
+                self.partitioning = snap.manifest.partitioning.to_json()
         except TableNotFound:
             table_schema = TableSchema.from_arrow(arrow_schema_for(schema))
             self.start_version = None  # the commit creates the table
@@ -122,6 +161,10 @@ class WriteTarget:
                                  "add them (F.lit(None).cast(...) where unknown) or select "
                                  "them", column=missing[0].name, expected=str(missing[0].type))
         self.table_schema = table_schema.to_json()
+
+    def spec(self, schema: TableSchema) -> PartitionSpec | None:
+        """The partition spec tasks write with (None: unpartitioned)."""
+        return write_spec(specs_from_json(self.partitioning, schema))
 
     def open_store(self) -> ObjectStore:
         return open_store(self.uri, self.storage_options or None)
@@ -144,7 +187,7 @@ class WriteTarget:
         store.put_file = recording_put_file  # type: ignore[method-assign]
         try:
             files = write_data_files(store, (conform_for_write(b, target) for b in batches),
-                                     schema, WriteOptions())
+                                     schema, WriteOptions(), spec=self.spec(schema))
         except BaseException:
             for key in uploaded:
                 with contextlib.suppress(StoreError):
@@ -152,7 +195,16 @@ class WriteTarget:
             raise
         return CaslakeCommitMessage(job_id, [f.to_json() for f in files],
                                     sum(f.row_count for f in files), self.table_schema,
-                                    started_at_ms)
+                                    started_at_ms, self.partitioning)
+
+
+def written_files_task(target: WriteTarget, job_id: str, batches: Iterator[pa.RecordBatch]
+                       ) -> Iterator[pa.RecordBatch]:
+    """A Spark task of a ``mapInArrow`` job (``"file string"``): write the rows as data
+    files (:meth:`WriteTarget.write_task`), return their ``DataFile.to_json()`` as JSON."""
+    message = target.write_task(target.open_store(), job_id, batches)
+    yield pa.RecordBatch.from_arrays(
+        [pa.array([json.dumps(f) for f in message.files], pa.string())], names=["file"])
 
 
 def uploads_started(messages: Sequence[WriterCommitMessage | None]) -> int | None:
@@ -164,7 +216,8 @@ def uploads_started(messages: Sequence[WriterCommitMessage | None]) -> int | Non
 
 def message_files(messages: Sequence[WriterCommitMessage | None],
                   default_schema: Mapping[str, Any]) -> tuple[TableSchema, list[DataFile]]:
-    """The schema the tasks wrote with and every file they uploaded."""
+    """The schema the tasks wrote with and every file they uploaded (each file's
+    partition checked against the specs its task wrote with)."""
     ours = [m for m in messages if isinstance(m, CaslakeCommitMessage)]
     schemas = {json.dumps(m.schema, sort_keys=True) for m in ours
                if m.schema is not None and m.files}
@@ -173,7 +226,7 @@ def message_files(messages: Sequence[WriterCommitMessage | None],
                              "(the table was created or changed during the write)")
     js = next((m.schema for m in ours if m.schema is not None and m.files), default_schema)
     schema = table_schema_from_json(js)
-    return schema, [data_file_from_json(d, schema) for m in ours for d in m.files]
+    return schema, [data_file(d, schema, m.partitioning) for m in ours for d in m.files]
 
 
 class CaslakeWriter(DataSourceArrowWriter):
@@ -183,8 +236,12 @@ class CaslakeWriter(DataSourceArrowWriter):
     place to wrap it (e.g. in a FaultyStore for fault-injection tests)."""
 
     def __init__(self, uri: str, storage_options: StorageOptions, schema: StructType,
-                 overwrite: bool, txn: tuple[str, int] | None = None) -> None:
+                 overwrite: bool, txn: tuple[str, int] | None = None,
+                 partition_overwrite_mode: str | None = None) -> None:
         self.overwrite = overwrite
+        # Spark's partitionOverwriteMode: "dynamic" replaces only the partitions the
+        # job writes (an unpartitioned table: every row, as Delta does).
+        self.dynamic = dynamic_overwrite(partition_overwrite_mode)
         self.txn = check_txn(txn) if txn is not None else None
         self.job_id = new_token()  # also the commit id
         self.target = WriteTarget(uri, storage_options, schema)
@@ -213,7 +270,7 @@ class CaslakeWriter(DataSourceArrowWriter):
                      storage_options=self.target.storage_options, schema=schema, files=files,
                      start_version=self.target.start_version, commit_id=self.job_id,
                      overwrite=self.overwrite, txn=self.txn, params=params,
-                     started_at_ms=uploads_started(messages))
+                     started_at_ms=uploads_started(messages), dynamic=self.dynamic)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _, files = message_files(messages, self.target.table_schema)
