@@ -214,7 +214,8 @@ class CaslakeDataSource(DataSource):
 
         uri = self._sink_uri()
         txn = txn_from_options(self.options)
-        return CaslakeWriter(uri, storage_options_from(self.options), schema, overwrite, txn)
+        return CaslakeWriter(uri, storage_options_from(self.options), schema, overwrite, txn,
+                             partition_overwrite_mode=self.options.get("partitionOverwriteMode"))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> CaslakeStreamWriter:
         from caslake.spark.stream import CaslakeStreamWriter, stream_app_id

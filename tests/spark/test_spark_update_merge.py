@@ -86,6 +86,16 @@ def test_spark_append_upsert_and_dynamic_overwrite_keep_partitions(
     check_layout(uri, after, DAY)
     history = caslake.open_table(uri).history(limit=1)[0]
     assert history.operation == "overwrite"
+    # The same through Spark's own writer option (it was ignored there: a full overwrite).
+    more = events(30, seed=16, days=1, first_id=20_000, start=dt.datetime(2026, 10, 31))
+    (df_of(spark, more).write.format("caslake").mode("overwrite")
+     .option("partitionOverwriteMode", "dynamic").save(uri))
+    filled = {part(r) for r in more.to_pylist()}
+    kept = pa.Table.from_pylist([r for r in after.to_pylist() if part(r) not in filled],
+                                schema=SCHEMA)
+    assert kept.num_rows > 0
+    same_rows(table_rows(uri), pa.concat_tables([kept, more]))
+    check_layout(uri, pa.concat_tables([kept, more]), DAY)
 
 
 def test_dynamic_overwrite_of_an_unpartitioned_table_replaces_every_row(
