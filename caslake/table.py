@@ -256,6 +256,11 @@ class Table(ArrowExport):
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
 
+    def head(self, n: int = 5, **kwargs: Any) -> pa.Table:
+        """The first ``n`` rows of ``scan(**kwargs)`` (columns, where, version...), read
+        row group by row group and no further (:meth:`Scan.limit`)."""
+        return self.scan(**kwargs).limit(n).to_arrow()
+
     def _export_reader(self) -> pa.RecordBatchReader:
         return self.scan().to_reader()
 
