@@ -615,14 +615,22 @@ class Table(ArrowExport):
                        timestamp=None if timestamp is None else _ts_to_ms(timestamp),
                        tag=tag, tag_snapshot=lambda name: refs.tag_snapshot(self.io, name))
 
-    def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1
-                ) -> CommitResult:
+    def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1,
+                sort_by: Sequence[str] | None = None,
+                zorder_by: Sequence[str] | None = None) -> CommitResult:
         """Rewrite small files, and files ``deleted_fraction`` or more of whose rows are
-        deleted, into new files in one commit (see :mod:`caslake.ops.compact`)."""
+        deleted, into new files in one commit (see :mod:`caslake.ops.compact`).
+
+        With ``sort_by=[cols]`` or ``zorder_by=[cols]`` (or the table property
+        ``clustering.columns``, ``"zorder(id, ts)"``) it clusters instead: the files
+        whose key ranges overlap others' (and mostly-deleted ones) are rewritten in
+        key order into files with disjoint key ranges, so a point read opens one;
+        files already in order are left alone."""
         from caslake.ops.compact import compact
 
         return compact(self.context, target_file_size=target_file_size,
-                       deleted_fraction=deleted_fraction)
+                       deleted_fraction=deleted_fraction, sort_by=sort_by,
+                       zorder_by=zorder_by)
 
     def purge(self, where: str | Expr, *, dry_run: bool = False, expire: bool = False,
               progress: Progress | None = None, audit_key: bytes | None = None
