@@ -45,6 +45,7 @@ from caslake.core import (
     live_file_list,
     noop_result,
     put_new,
+    pyarrow_dataset,
     run_operation,
     txn_applied,
     write_prepare,
@@ -255,6 +256,24 @@ class Table(ArrowExport):
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
+
+    def to_pyarrow_dataset(self, version: int | None = None,
+                           as_of: datetime | str | int | None = None, *,
+                           ref: str | None = None, tag: str | None = None) -> Any:
+        """The table at one version (pinned now: the latest, or by version / timestamp
+        / branch / tag) as a ``pyarrow.dataset.Dataset``: ``duckdb.sql("select ...
+        from ds where ...")`` and ``pl.scan_pyarrow_dataset(ds)`` push their
+        projection and filter into caslake's scan (files and row groups pruned,
+        deleted rows dropped); a filter caslake cannot translate is applied by
+        pyarrow after the read (see :mod:`caslake.core.read.pyarrow_dataset`)."""
+        snap = self._resolve_ref(version, as_of, ref, tag)
+        io, footers, tombstones = self.io, self.footers, self.tombstones
+
+        def open_scan(columns: list[str] | None, where: Expr | None) -> Scan:
+            return Scan(io, footers, snap, columns, where, tombstones)
+
+        return pyarrow_dataset(open_scan, snap.manifest.schema.to_arrow(),
+                               f"{self.uri} version {snap.version}")
 
     def head(self, n: int = 5, **kwargs: Any) -> pa.Table:
         """The first ``n`` rows of ``scan(**kwargs)`` (columns, where, version...), read
