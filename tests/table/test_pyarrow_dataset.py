@@ -127,6 +127,8 @@ def test_the_dataset_is_pinned_and_counts_from_metadata(lineitem: caslake.Table,
     t.store.counters.reset()
     assert live is not None and ds.count_rows() == live[0]
     assert t.store.counters.bytes_in == 0
+    assert ds.scanner(columns=[]).count_rows() == live[0]  # no column: the same count
+    assert t.store.counters.bytes_in == 0
     big = pc.field("l_quantity") > pa.scalar(Decimal(49), pa.decimal128(15, 2))
     assert ds.count_rows(filter=big) == con.sql(
         f"select count(*) from lineitem where l_quantity > 49 and not ({DELETED})").fetchone()[0]

@@ -40,7 +40,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -411,6 +411,18 @@ def translate_filter(expression: Any, schema: pa.Schema) -> Translation:
 
 # --- the Dataset ------------------------------------------------------------------------
 
+COUNT_BATCH_ROWS = 1 << 20
+
+
+def _row_count_reader(rows: int) -> pa.RecordBatchReader:
+    """``rows`` rows of no column (``select count(*)``: the manifest's count)."""
+    sizes = [COUNT_BATCH_ROWS] * (rows // COUNT_BATCH_ROWS) + [rows % COUNT_BATCH_ROWS]
+    empty = pa.schema([])
+    batches = (pa.RecordBatch.from_struct_array(
+        cast(Any, pa.Array.from_buffers(pa.struct([]), n, [None]))) for n in sizes if n)
+    return pa.RecordBatchReader.from_batches(empty, batches)
+
+
 OpenScan = Callable[[list[str] | None, Expr | None], Any]  # (columns, where) -> Scan
 _CLASS: list[type] = []
 
@@ -465,8 +477,10 @@ def _dataset_class() -> type:
         def scanner(self, columns: Any = None, filter: Any = None, **kwargs: Any) -> Any:
             """A pyarrow Scanner of the rows ``filter`` keeps, projected to
             ``columns``: caslake reads and prunes, pyarrow applies the filter exactly."""
-            scan, _ = self._scan(columns, filter)
-            reader = scan.to_reader()
+            if filter is None and isinstance(columns, list | tuple) and not columns:
+                reader = _row_count_reader(self._open_scan(None, None).count())
+            else:
+                reader = self._scan(columns, filter)[0].to_reader()
             options = {k: v for k, v in kwargs.items() if k in ("batch_size", "use_threads")}
             try:
                 return pads.Scanner.from_batches(reader, columns=columns, filter=filter,
