@@ -107,8 +107,13 @@ def test_count_without_a_predicate_reads_no_data_file(table_uri: str) -> None:
     assert t.store.counters.count(GET_RANGE) == 0 and t.store.counters.bytes_in == 0
     # with a predicate the rows are read, and counted the same as pyarrow
     every = _live(pa.concat_tables(pq.read_table(f, schema=SCHEMA) for f in files))
+    t.store.counters.reset()
     assert t.scan(where="id >= 100000").count() == pc.sum(
         pc.greater_equal(every.column("id"), 100000)).as_py()
+    narrow = t.store.counters.bytes_in  # the id column only
+    t.store.counters.reset()
+    t.scan(where="id >= 100000").to_arrow()
+    assert narrow * 2 < t.store.counters.bytes_in
     # an older version (before the delete) counts its own rows
     assert t.scan(version=2).count() == N
 

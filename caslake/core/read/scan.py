@@ -315,6 +315,8 @@ class Scan(ArrowExport):
         self._bound = compile_where(where, self._arrow_schema)
         pred_cols = referenced_columns(self._bound) if self._bound is not None else set()
         pred_tops = top_columns(schema, pred_cols)
+        self._where = where
+        self._pred_tops = [n for n in names if n in pred_tops]
         # Read the projection plus the predicate's columns, in table order.
         self._read_columns = [n for n in names if n in set(self.columns) | pred_tops]
         # The columns and struct leaves whose statistics prune the predicate.
@@ -827,11 +829,17 @@ class Scan(ArrowExport):
     def count(self) -> int:
         """The number of rows the scan returns.  Without a predicate it is read from
         the manifest (stored rows less the rows its tombstones delete), no data
-        file opened; with one the matching rows are read and counted."""
+        file opened; with one the matching rows are read and counted, reading only
+        the predicate's columns."""
         known = self._counted_rows()
         if known is not None:
             return known if self._limit is None else min(known, self._limit)
-        return sum(b.num_rows for b in self.to_batches())
+        narrow = self
+        if self._pred_tops != self.columns:  # only the predicate's columns are read
+            narrow = Scan(self._io, self._footers, self.source, self._pred_tops, self._where,
+                          self._tombstones)
+            narrow._limit = self._limit
+        return sum(b.num_rows for b in narrow.to_batches())
 
     def _counted_rows(self) -> int | None:
         """The live rows, from metadata alone (None: a predicate, or a row-group
