@@ -828,9 +828,10 @@ class Scan(ArrowExport):
 
     def count(self) -> int:
         """The number of rows the scan returns.  Without a predicate it is read from
-        the manifest (stored rows less the rows its tombstones delete), no data
-        file opened; with one the matching rows are read and counted, reading only
-        the predicate's columns."""
+        the manifest (stored rows less the rows its tombstones delete; the
+        tombstones are loaded and checked as a read would), no data file opened;
+        with one the matching rows are read and counted, reading only the
+        predicate's columns."""
         known = self._counted_rows()
         if known is not None:
             return known if self._limit is None else min(known, self._limit)
@@ -842,11 +843,13 @@ class Scan(ArrowExport):
         return sum(b.num_rows for b in narrow.to_batches())
 
     def _counted_rows(self) -> int | None:
-        """The live rows, from metadata alone (None: a predicate, or a row-group
-        restriction, needs the data)."""
+        """The live rows, from metadata and tombstones alone (None: a predicate, or
+        a row-group restriction, needs the data)."""
         if self._bound is not None:
             return None
         src = self.source
+        if isinstance(src, Snapshot) or not src.row_groups:
+            self._prepare()  # the tombstones are loaded and checked, as a read would
         if isinstance(src, Snapshot):
             m = src.manifest
             return m.totals.rows - sum(m.deleted_rows_per_file().values())
