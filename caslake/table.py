@@ -46,6 +46,7 @@ from caslake.core import (
     live_file_list,
     noop_result,
     put_new,
+    pyarrow_dataset,
     run_operation,
     txn_applied,
     write_prepare,
@@ -256,6 +257,29 @@ class Table(ArrowExport):
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
         return self.scan(**kwargs).to_arrow()
+
+    def to_pyarrow_dataset(self, version: int | None = None,
+                           as_of: datetime | str | int | None = None, *,
+                           ref: str | None = None, tag: str | None = None) -> Any:
+        """The table at one version (pinned now: the latest, or by version / timestamp
+        / branch / tag) as a ``pyarrow.dataset.Dataset``: ``duckdb.sql("select ...
+        from ds where ...")`` and ``pl.scan_pyarrow_dataset(ds)`` push their
+        projection and filter into caslake's scan (files and row groups pruned,
+        deleted rows dropped); a filter caslake cannot translate is applied by
+        pyarrow after the read (see :mod:`caslake.core.read.pyarrow_dataset`)."""
+        snap = self._resolve_ref(version, as_of, ref, tag)
+        io, footers, tombstones = self.io, self.footers, self.tombstones
+
+        def open_scan(columns: list[str] | None, where: Expr | None) -> Scan:
+            return Scan(io, footers, snap, columns, where, tombstones)
+
+        return pyarrow_dataset(open_scan, snap.manifest.schema.to_arrow(),
+                               f"{self.uri} version {snap.version}")
+
+    def head(self, n: int = 5, **kwargs: Any) -> pa.Table:
+        """The first ``n`` rows of ``scan(**kwargs)`` (columns, where, version...), read
+        row group by row group and no further (:meth:`Scan.limit`)."""
+        return self.scan(**kwargs).limit(n).to_arrow()
 
     def _export_reader(self) -> pa.RecordBatchReader:
         return self.scan().to_reader()
@@ -614,14 +638,22 @@ class Table(ArrowExport):
                        timestamp=None if timestamp is None else _ts_to_ms(timestamp),
                        tag=tag, tag_snapshot=lambda name: refs.tag_snapshot(self.io, name))
 
-    def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1
-                ) -> CommitResult:
+    def compact(self, *, target_file_size: int | None = None, deleted_fraction: float = 0.1,
+                sort_by: Sequence[str] | None = None,
+                zorder_by: Sequence[str] | None = None) -> CommitResult:
         """Rewrite small files, and files ``deleted_fraction`` or more of whose rows are
-        deleted, into new files in one commit (see :mod:`caslake.ops.compact`)."""
+        deleted, into new files in one commit (see :mod:`caslake.ops.compact`).
+
+        With ``sort_by=[cols]`` or ``zorder_by=[cols]`` (or the table property
+        ``clustering.columns``, ``"zorder(id, ts)"``) it clusters instead: the files
+        whose key ranges overlap others' (and mostly-deleted ones) are rewritten in
+        key order into files with disjoint key ranges, so a point read opens one;
+        files already in order are left alone."""
         from caslake.ops.compact import compact
 
         return compact(self.context, target_file_size=target_file_size,
-                       deleted_fraction=deleted_fraction)
+                       deleted_fraction=deleted_fraction, sort_by=sort_by,
+                       zorder_by=zorder_by)
 
     def purge(self, where: str | Expr, *, dry_run: bool = False, expire: bool = False,
               progress: Progress | None = None, audit_key: bytes | None = None

@@ -52,6 +52,7 @@ from caslake.core.pools import shared_pool, shutdown_all, threads
 from caslake.core.read.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.core.read.interop import ArrowExport, live_file_list
 from caslake.core.read.partition_prune import partition_covers
+from caslake.core.read.pyarrow_dataset import Translation, pyarrow_dataset, translate_filter
 from caslake.core.read.scan import POSITION, FileTask, Scan, SnapshotSubset, summary_matcher
 from caslake.core.requirements import (
     FilesUntouchedSince,
@@ -105,6 +106,7 @@ __all__ = [
     "SwapResult",
     "TableContext",
     "TombstoneCache",
+    "Translation",
     "TxnNotApplied",
     "UploadsNotCollected",
     "WriteOptions",
@@ -125,6 +127,7 @@ __all__ = [
     "partition_covers",
     "put_new",
     "put_new_file",
+    "pyarrow_dataset",
     "read_footer",
     "record_holds",
     "resolve",
@@ -137,6 +140,7 @@ __all__ = [
     "swap_record",
     "threads",
     "touched_since",
+    "translate_filter",
     "txn_applied",
     "write_prepare",
     "write_requirements",

@@ -35,10 +35,11 @@ row groups, split to bound memory) with a small in-order prefetch window.
 
 from __future__ import annotations
 
+import copy
 import io
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -314,6 +315,8 @@ class Scan(ArrowExport):
         self._bound = compile_where(where, self._arrow_schema)
         pred_cols = referenced_columns(self._bound) if self._bound is not None else set()
         pred_tops = top_columns(schema, pred_cols)
+        self._where = where
+        self._pred_tops = [n for n in names if n in pred_tops]
         # Read the projection plus the predicate's columns, in table order.
         self._read_columns = [n for n in names if n in set(self.columns) | pred_tops]
         # The columns and struct leaves whose statistics prune the predicate.
@@ -329,6 +332,7 @@ class Scan(ArrowExport):
         self._trim = {n: f for n, f in self._pruned.items() if self._read_fields[n] is not f}
         self._plan: ScanPlan | None = None
         self._prepared: _Prepared | None = None
+        self._limit: int | None = None  # rows at most (:meth:`limit`)
         # Row-group pruning needs statistics of the predicate's columns only.
         self._rg_types = {f.name: f.arrow_type for f in schema.fields if f.name in pred_cols}
 
@@ -532,22 +536,25 @@ class Scan(ArrowExport):
                 yield f, mask
         return stream(), only_groups, total
 
-    def _tasks(self) -> tuple[Iterator[FileTask], int]:
+    def _tasks(self, footer_window: int = FOOTER_WINDOW
+               ) -> tuple[Generator[FileTask, None, None], int]:
         """The tasks of a scan planned as it goes (:meth:`_stream_files`), in order,
         and the stored bytes they are drawn from: footers are fetched a bounded
-        window ahead, so the first task needs one footer, not all."""
+        window (``footer_window`` files) ahead, so the first task needs one footer,
+        not all."""
         files, only_groups, stored = self._stream_files()
-        return self._lazy_tasks(files, only_groups), stored
+        return self._lazy_tasks(files, only_groups, footer_window), stored
 
     def _lazy_tasks(self, pending: Iterator[tuple[DataFile, DeletionMask | None]],
-                    only_groups: Mapping[str, frozenset[int]]) -> Iterator[FileTask]:
+                    only_groups: Mapping[str, frozenset[int]],
+                    footer_window: int = FOOTER_WINDOW) -> Generator[FileTask, None, None]:
         counts = [0, 0, 0]
         window: deque[tuple[DataFile, DeletionMask | None, Future[FooterInfo]]] = deque()
         # Footer fetches never submit to a pool and wait: sharing cannot deadlock.
         pool = shared_pool("metadata", METADATA_THREADS)
         try:
             def refill() -> None:
-                while len(window) < FOOTER_WINDOW:
+                while len(window) < footer_window:
                     nxt = next(pending, None)
                     if nxt is None:
                         return
@@ -782,9 +789,81 @@ class Scan(ArrowExport):
 
     def _stream(self, ahead: int | None, lazy: bool) -> Iterator[pa.RecordBatch]:
         """The rows, unit by unit in order, at most ``ahead`` units decoded or
-        queued ahead of the consumer (``None``: every unit at once)."""
+        queued ahead of the consumer (``None``: every unit at once); a limited
+        scan's first rows only (:meth:`_first_rows`)."""
+        if self._limit is not None:
+            yield from self._first_rows(self._limit)
+            return
         for _, table in self._in_order(ahead, with_positions=False, lazy=lazy):
             yield from table.to_batches()
+
+    # --- limit and count ---------------------------------------------------------
+
+    def limit(self, n: int) -> Scan:
+        """This scan stopped after ``n`` rows: a new :class:`Scan` whose reads
+        (``to_arrow``, ``to_batches``, the Arrow stream, ``count``) return the
+        first ``n`` rows in scan order.  It decodes one row group at a time, in
+        order, and fetches nothing past the row group that completes ``n``."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidArgument(f"limit needs a whole number of rows >= 0, not {n!r}")
+        limited = copy.copy(self)
+        limited._limit = n if self._limit is None else min(n, self._limit)
+        return limited
+
+    def _first_rows(self, n: int) -> Iterator[pa.RecordBatch]:
+        """The first ``n`` rows, row group by row group on this thread: footers
+        are fetched one file ahead (a few ahead when a predicate may skip files)."""
+        if n == 0:
+            return
+        window = 1 if self._bound is None else FOOTER_WINDOW
+        lazy = None if self._plan is not None else self._tasks(footer_window=window)[0]
+        tasks: Iterable[FileTask] = self.plan().tasks if lazy is None else lazy
+        try:
+            for task in tasks:
+                for rg in task.row_groups:
+                    table = self._read_unit(task, [rg], column_threads=False)
+                    for batch in table.to_batches():
+                        if batch.num_rows >= n:
+                            yield batch.slice(0, n)
+                            return
+                        n -= batch.num_rows
+                        yield batch
+        finally:
+            if lazy is not None:
+                lazy.close()  # cancels the footers fetched ahead
+
+    def count(self) -> int:
+        """The number of rows the scan returns.  Without a predicate it is read from
+        the manifest (stored rows less the rows its tombstones delete; the
+        tombstones are loaded and checked as a read would), no data file opened;
+        with one the matching rows are read and counted, reading only the
+        predicate's columns."""
+        known = self._counted_rows()
+        if known is not None:
+            return known if self._limit is None else min(known, self._limit)
+        narrow = self
+        if self._pred_tops != self.columns:  # only the predicate's columns are read
+            narrow = Scan(self._io, self._footers, self.source, self._pred_tops, self._where,
+                          self._tombstones)
+            narrow._limit = self._limit
+        return sum(b.num_rows for b in narrow.to_batches())
+
+    def _counted_rows(self) -> int | None:
+        """The live rows, from metadata and tombstones alone (None: a predicate, or
+        a row-group restriction, needs the data)."""
+        if self._bound is not None:
+            return None
+        src = self.source
+        if isinstance(src, Snapshot) or not src.row_groups:
+            self._prepare()  # the tombstones are loaded and checked, as a read would
+        if isinstance(src, Snapshot):
+            m = src.manifest
+            return m.totals.rows - sum(m.deleted_rows_per_file().values())
+        if src.row_groups:
+            return None
+        paths = {f.path for f in src.files}
+        gone = sum(n for ref in src.tombstones for p, n in ref.files.items() if p in paths)
+        return sum(f.row_count for f in src.files) - gone
 
     def _in_order(self, ahead: int | None, with_positions: bool, lazy: bool
                   ) -> Iterator[tuple[FileTask, pa.Table]]:
@@ -838,9 +917,6 @@ class Scan(ArrowExport):
         return pa.Table.from_batches(list(self._stream(ahead=None,
                                                        lazy=self._lazy(streaming=False))),
                                      schema=self.schema)
-
-    def count(self) -> int:
-        return sum(b.num_rows for b in self.to_batches())
 
 
 def unit_bytes(unit: Unit) -> int:
