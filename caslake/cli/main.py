@@ -25,7 +25,13 @@ from caslake.cli.common import storage_options as _storage_options
 from caslake.cli.dataset import add_dataset_commands
 from caslake.cli.input import FORMATS, TextOptions, open_input
 from caslake.cli.output import emit_json_lines, parse_size, write_output
-from caslake.core import SchemaConformer
+from caslake.core import (
+    SchemaConformer,
+    progress_advance,
+    progress_shown,
+    progress_stage,
+    progress_task,
+)
 from caslake.errors import CaslakeError, InvalidArgument, TableAlreadyExists, TableNotFound
 from caslake.store.options import StorageOptions
 from caslake.table import Table, create_table, open_table
@@ -60,6 +66,16 @@ class Progress:
             self.out.flush()
 
 
+
+
+def _bar(args: argparse.Namespace, desc: str, *, total: int | None = None,
+         unit: str = "step") -> contextlib.AbstractContextManager[Any]:
+    """The progress bar of a long command (compact, purge, gc, export, clone,
+    verify): on stderr when it is a terminal (or with ``--progress``), never with
+    ``--json``; the operation advances it (caslake.core.progress)."""
+    enabled = progress_shown(bool(getattr(args, "progress", False)),
+                             as_json=bool(getattr(args, "json", False)))
+    return progress_task(desc, total=total, unit=unit, enabled=enabled)
 
 
 def _counted(reader: pa.RecordBatchReader, progress: Progress) -> pa.RecordBatchReader:
@@ -297,9 +313,9 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     from caslake.store import open_store
 
     store = open_store(args.uri, _storage_options(args.storage_option))
+    shown = progress_shown(args.progress, as_json=args.json)
     report = verify_table(store, deep=args.deep, all_versions=args.all_versions,
-                          progress=args.deep and (args.progress or sys.stderr.isatty()),
-                          storage_options=_storage_options(args.storage_option))
+                          progress=shown, storage_options=_storage_options(args.storage_option))
     if args.json:
         _emit_json(report.to_json(), out)
     else:
@@ -337,8 +353,10 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
                       f"{len(plan.drop)} fully deleted file(s) at version "
                       f"{plan.base.version}; nothing was written\n")
         return 0
-    res = table.compact(target_file_size=args.target_file_size,
-                        deleted_fraction=args.deleted_fraction)
+    with _bar(args, "compacting", unit="file"):
+        res = table.compact(target_file_size=args.target_file_size,
+                            deleted_fraction=args.deleted_fraction)
+        progress_advance(res.files_removed)
     if res.noop:
         out.write(f"nothing to compact (version {res.version})\n")
     else:
@@ -350,7 +368,9 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
     table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
-    report = table.purge(args.where, dry_run=args.dry_run, expire=args.expire)
+    with _bar(args, "purging", unit="file") as bar:
+        report = table.purge(args.where, dry_run=args.dry_run, expire=args.expire,
+                             progress=progress_stage if bar is not None else None)
     if args.json:
         _emit_json(report.to_json(), out)
     elif report.noop:
@@ -394,7 +414,8 @@ def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:
             "running writer has uploaded but not committed yet could be deleted. Add --force "
             "only if no writer can be running that long")
     table = _open_table(args)
-    report = table.gc(retention=retention, dry_run=args.dry_run, force=args.force)
+    with _bar(args, "deleting unreferenced objects", unit="object"):
+        report = table.gc(retention=retention, dry_run=args.dry_run, force=args.force)
     if args.json:
         _emit_json(report.to_json(), out)
         return 0
@@ -545,8 +566,9 @@ def cmd_clone(args: argparse.Namespace, out: TextIO) -> int:
     from caslake.table import clone
 
     opts = _storage_options(args.storage_option)
-    t = clone(args.uri, args.target, version=args.version, tag=args.tag,
-              storage_options=opts)
+    with _bar(args, "cloning"):
+        t = clone(args.uri, args.target, version=args.version, tag=args.tag,
+                  storage_options=opts)
     result = {"clone": t.uri, "source": args.uri, "rows": t.describe()["rows"],
               "files": len(t.describe()["data_files"])}
     _emit_result(result, out, as_json=args.json)
@@ -684,10 +706,13 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"dropped the {args.format} export: {n} objects deleted\n" if n else
                       f"no {args.format} export there: nothing deleted\n")
         return 0
-    if args.target == "iceberg":
-        res = table.export_iceberg(version=args.version, out=args.out, storage_options=options)
-    else:
-        res = table.export_delta(version=args.version)
+    with _bar(args, f"exporting {args.target}", total=1, unit="format"):
+        if args.target == "iceberg":
+            res = table.export_iceberg(version=args.version, out=args.out,
+                                       storage_options=options)
+        else:
+            res = table.export_delta(version=args.version)
+        progress_advance()
     if args.json:
         _emit_json(res.__dict__, out)
         return 0
@@ -799,7 +824,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also check every Parquet footer and every page's CRC-32")
     v.add_argument("--all-versions", action="store_true", help="check every version in history")
     v.add_argument("--progress", action="store_true",
-                   help="always show a progress bar for --deep (default: on a terminal)")
+                   help="always show a progress bar (default: on a terminal, not with --json)")
     json_flag(v, "the report (for monitoring)")
     v.set_defaults(fn=cmd_verify)
 
