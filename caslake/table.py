@@ -17,6 +17,7 @@ imports it.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
     from caslake.ops.gc import GcReport
     from caslake.ops.merge import MergeBuilder
     from caslake.ops.purge import Progress, PurgeReport
+    from caslake.ops.report import Health
 
 def _ts_to_ms(as_of: datetime | str | int | float) -> int:
     if isinstance(as_of, int | float) and not isinstance(as_of, bool):
@@ -647,6 +649,27 @@ class Table(ArrowExport):
 
         return collect_garbage(self.context, retention=retention, dry_run=dry_run, now=now,
                                force=force, extra_roots=(export_roots,))
+
+    def report(self, path: str | os.PathLike[str]) -> Health:
+        """Write the table's health report -- one self-contained HTML page of charts
+        (versions, file sizes, deleted rows, tombstones and segments, pruning width,
+        requests per operation, what compact and gc would do) -- to ``path``; needs
+        the ``report`` extra (matplotlib).  See :mod:`caslake.ops.report`.
+
+        Example:
+            >>> import caslake, pyarrow as pa, tempfile, os
+            >>> t = caslake.create_table("memory://", pa.schema([("id", pa.int64())]))
+            >>> _ = t.append(pa.table({"id": [1, 2, 3]}))
+            >>> health = t.report(os.path.join(tempfile.mkdtemp(), "health.html"))
+            >>> health.counts["live files"]
+            1
+        """
+        from caslake.export.roots import export_roots
+        from caslake.ops.report import write_report
+
+        return write_report(self.context, path,
+                            target_file_size=self.write_options.target_file_size,
+                            extra_roots=(export_roots,))
 
     def export_iceberg(self, version: int | None = None, out: str | None = None,
                        storage_options: StorageOptions | None = None) -> ExportResult:

@@ -695,6 +695,20 @@ def _size(text: str) -> int:
             f"{text!r} is not a size (bytes, or e.g. 64MB, 256MiB)") from None
 
 
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    table = _open_table(args)
+    health = table.report(args.html)
+    if args.json:
+        _emit_json({"report": args.html, "version": health.version,
+                    "live_files": len(health.file_sizes), "counts": health.counts,
+                    "small_file_share": health.small_file_share}, out)
+    else:
+        out.write(f"wrote the health report of version {health.version} to {args.html} "
+                  f"({len(health.file_sizes)} live files, {health.small_file_share:.0%} "
+                  "small)\n")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
     options = _storage_options(args.storage_option)
     table = open_table(args.uri, storage_options=options)
@@ -921,6 +935,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="set a property (repeatable); all --set values are one commit")
     json_flag(pr, "the properties")
     pr.set_defaults(fn=cmd_properties)
+
+    rp = table_cmd("report", "draw the table's health as one self-contained HTML page")
+    rp.add_argument("--html", required=True, metavar="PATH",
+                    help="where to write the report, e.g. report.html")
+    json_flag(rp, "a summary of the report")
+    rp.set_defaults(fn=cmd_report)
 
     ex = sub.add_parser("export", help="publish a version as Iceberg or Delta metadata "
                         "(zero-copy, deletes included)")
