@@ -13,7 +13,7 @@ argument threaded through its layers.
   thread would outlive the command and run while the interpreter shuts down
   (``tests/test_cli_exit.py``).
 
-Example:
+Examples:
     >>> from caslake.core import progress
     >>> with progress.task("deleting", total=3, unit="object", enabled=False):
     ...     progress.advance(3)  # no bar: enabled=False (piped, or --json)

@@ -655,12 +655,24 @@ def _literal_tuple(values: object) -> tuple[Literal, ...]:
 
 
 def col(name: str) -> Column:
-    """The column called ``name`` (resolved case-insensitively when unambiguous)."""
+    """The column called ``name`` (resolved case-insensitively when unambiguous).
+
+    Examples:
+        >>> import caslake
+        >>> str((caslake.col('amount') > 100) & caslake.col('city').is_not_null())
+        'amount > 100 AND city IS NOT NULL'
+    """
     return Column(name)
 
 
 def lit(value: object) -> Literal:
-    """A literal value, e.g. ``lit(5) < col("a")``."""
+    """A literal value, e.g. ``lit(5) < col("a")``.
+
+    Examples:
+        >>> import caslake
+        >>> str(caslake.lit(5) < caslake.col('a'))
+        'a > 5'
+    """
     return _as_literal(value, "lit()")
 
 
@@ -947,7 +959,7 @@ class Case(Value):
     it falls through (to ``default``, NULL when there is no ELSE).  SQL
     ``CASE x WHEN 1 THEN ...`` is parsed as ``CASE WHEN x = 1 THEN ...``.
 
-    Example:
+    Examples:
         >>> from caslake.expr import col, when
         >>> str(when(col("qty") > 10, "bulk").when(col("qty") > 0, "retail").otherwise("none"))
         "CASE WHEN qty > 10 THEN 'bulk' WHEN qty > 0 THEN 'retail' ELSE 'none' END"
@@ -983,7 +995,7 @@ class Case(Value):
 def when(condition: Expr, value: object) -> Case:
     """Start a CASE: ``when(col("a") > 1, "big").when(...).otherwise("small")``.
 
-    Example:
+    Examples:
         >>> from caslake.expr import col, when
         >>> str(when(col("a").is_null(), 0).otherwise(col("a")))
         'CASE WHEN a IS NULL THEN 0 ELSE a END'

@@ -91,7 +91,7 @@ def summary_widths(snapshot: Snapshot, files: Sequence[DataFile]) -> dict[str, d
     the whole table; the mean is the share of summaries a point read on that
     column cannot skip.
 
-    Example:
+    Examples:
         >>> import caslake, pyarrow as pa
         >>> t = caslake.create_table("memory://", pa.schema([("id", pa.int64())]))
         >>> for i in range(4):

@@ -43,7 +43,11 @@ def save(df: DataFrame, uri: str, mode: str = "errorifexists", *,
          storage_options: StorageOptions | None = None,
          options: Mapping[str, str] | None = None) -> None:
     """Write ``df`` to the table at ``uri`` with Spark's save ``mode`` semantics.
-    ``options`` go to the writer (e.g. ``txnAppId`` / ``txnVersion``)."""
+    ``options`` go to the writer (e.g. ``txnAppId`` / ``txnVersion``).
+
+    Examples:
+        >>> caslake.spark.save(df, '/data/events', mode='append')  # doctest: +SKIP
+    """
     mode = mode.lower() if isinstance(mode, str) else mode
     if mode not in MODES:
         raise InvalidArgument(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
