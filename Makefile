@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-core test lint typecheck unit bench stress clean install
+.PHONY: demo demo-core test lint typecheck docs unit bench stress clean install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +26,13 @@ lint: $(STAMP) ## ruff
 typecheck: $(STAMP) ## mypy --strict on the package
 	$(VENV)/bin/mypy
 
+docs: $(STAMP) ## the documentation site (mkdocs.yml, API reference from docstrings) into build/site, --strict
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
 unit: $(STAMP) ## every test (starts its own moto S3 server)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
-test: lint typecheck unit ## lint, type checks and every test
+test: lint typecheck docs unit ## lint, type checks, the docs site and every test
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 

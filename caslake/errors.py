@@ -31,7 +31,16 @@ from __future__ import annotations
 
 
 class CaslakeError(Exception):
-    """Root of every error raised by caslake."""
+    """Root of every error raised by caslake.
+
+    Examples:
+        >>> import caslake
+        >>> try:
+        ...     caslake.open_table('memory://nowhere')
+        ... except caslake.CaslakeError as e:
+        ...     print(type(e).__name__)
+        TableNotFound
+    """
 
 
 # --- user input -------------------------------------------------------------

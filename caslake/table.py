@@ -17,6 +17,7 @@ imports it.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
     from caslake.ops.gc import GcReport
     from caslake.ops.merge import MergeBuilder
     from caslake.ops.purge import Progress, PurgeReport
+    from caslake.ops.report import Health
 
 def _ts_to_ms(as_of: datetime | str | int | float) -> int:
     if isinstance(as_of, int | float) and not isinstance(as_of, bool):
@@ -120,7 +122,18 @@ def _export_on_commit(ctx: TableContext, snapshot: Snapshot) -> None:
 class Table(ArrowExport):
     """``pa.table(t)``, ``duckdb.sql('select ... from t')``, ``pl.DataFrame(t)``,
     ``t.to_pandas()`` and ``t.to_polars()`` read the latest version (see
-    :mod:`caslake.core.read.interop`)."""
+    :mod:`caslake.core.read.interop`).
+
+    Examples:
+        >>> import caslake, pyarrow as pa
+        >>> schema = pa.schema([('id', pa.int64()), ('city', pa.string())])
+        >>> t = caslake.create_table('memory://', schema)
+        >>> _ = t.append(pa.table({'id': [1, 2, 3], 'city': ['Oslo', 'Lima', 'Pune']}))
+        >>> t.version, t.scan(where="city = 'Lima'").to_arrow().num_rows
+        (1, 1)
+
+        The examples of the methods below start from this ``t``.
+    """
 
     def __init__(self, store: ObjectStore, snapshot: Snapshot, *,
                  write_options: WriteOptions | None = None,
@@ -139,7 +152,12 @@ class Table(ArrowExport):
     def load(cls, store: ObjectStore, *, pointer_key: str = POINTER_KEY,
              **kwargs: Any) -> Self:
         """Open the table that lives in ``store`` (any ObjectStore, e.g. a wrapped one),
-        at the latest version of the ref whose pointer is ``pointer_key``."""
+        at the latest version of the ref whose pointer is ``pointer_key``.
+
+        Examples:
+            >>> caslake.Table.load(t.store).version
+            1
+        """
         io = MetadataIO(store, pointer_key=pointer_key)
         return cls(store, io.latest(), io=io, pointer_key=pointer_key, **kwargs)
 
@@ -147,7 +165,12 @@ class Table(ArrowExport):
     def open(cls, uri: str, *, storage_options: StorageOptions | None = None,
              write_options: WriteOptions | None = None) -> Self:
         """Open an existing table at its latest version.  Raises TableNotFound.  A
-        clone's store also reads the objects it references in its source."""
+        clone's store also reads the objects it references in its source.
+
+        Examples:
+            >>> caslake.Table.open('/data/events').version  # doctest: +SKIP
+            12
+        """
         store = open_store(uri, storage_options)
         head = MetadataIO(store).latest()
         return cls.load(with_externals(store, head.manifest, storage_options),
@@ -160,7 +183,12 @@ class Table(ArrowExport):
                write_options: WriteOptions | None = None,
                partition_by: Sequence[str] | None = None) -> Self:
         """Create an empty table (version 0).  Raises TableAlreadyExists.
-        ``partition_by``: a partition spec (see :func:`create_table`)."""
+        ``partition_by``: a partition spec (see :func:`create_table`).
+
+        Examples:
+            >>> caslake.Table.create('memory://', pa.schema([('id', pa.int64())])).version
+            0
+        """
         store = open_store(uri, storage_options)
         return cls(store, _create(store, schema, properties, partition_by=partition_by),
                    write_options=write_options)
@@ -176,27 +204,62 @@ class Table(ArrowExport):
     @property
     def context(self) -> TableContext:
         """The handle's :class:`~caslake.core.TableContext` (store, metadata IO, caches,
-        options, clock), as the operations below the facade see it."""
+        options, clock), as the operations below the facade see it.
+
+        Examples:
+            >>> t.context.store.uri
+            'memory://'
+        """
         return self._context
 
     @property
     def store(self) -> ObjectStore:
+        """The object store the table lives in.
+
+        Examples:
+            >>> t.store.uri
+            'memory://'
+        """
         return self.context.store
 
     @property
     def io(self) -> MetadataIO:
+        """The metadata IO of this table: manifests, segments, history.
+
+        Examples:
+            >>> t.io.latest().version
+            1
+        """
         return self.context.io
 
     @property
     def footers(self) -> FooterCache:
+        """The cache of Parquet footers this handle has read.
+
+        Examples:
+            >>> t.footers  # doctest: +ELLIPSIS
+            <caslake.core.footers.FooterCache object at ...>
+        """
         return self.context.footers
 
     @property
     def tombstones(self) -> TombstoneCache:
+        """The cache of tombstones (deleted rows) this handle has read.
+
+        Examples:
+            >>> _ = t.delete('id = 1')
+            >>> t.tombstones  # doctest: +ELLIPSIS
+            <caslake.core.read.deletion_mask.TombstoneCache object at ...>
+        """
         return self.context.tombstones
 
     @property
     def write_options(self) -> WriteOptions:
+        """How new data files are written (a WriteOptions); settable.
+
+        Examples:
+            >>> t.write_options = caslake.WriteOptions(target_file_size=64 * 2**20)
+        """
         return self.context.write_options
 
     @write_options.setter
@@ -205,6 +268,11 @@ class Table(ArrowExport):
 
     @property
     def commit_policy(self) -> CommitPolicy:
+        """How commits retry on conflicts (a CommitPolicy); settable.
+
+        Examples:
+            >>> t.commit_policy = caslake.CommitPolicy(max_attempts=10)
+        """
         return self.context.commit_policy
 
     @commit_policy.setter
@@ -213,25 +281,61 @@ class Table(ArrowExport):
 
     @property
     def uri(self) -> str:
+        """Where the table lives.
+
+        Examples:
+            >>> t.uri
+            'memory://'
+        """
         return self.store.uri
 
     @property
     def version(self) -> int:
+        """The version this handle sees.
+
+        Examples:
+            >>> t.version
+            1
+        """
         return self.snapshot.version
 
     @property
     def schema(self) -> pa.Schema:
+        """The table's schema as Arrow (with field ids in the field metadata).
+
+        Examples:
+            >>> t.schema.names
+            ['id', 'city']
+        """
         return self.snapshot.manifest.schema.to_arrow()
 
     @property
     def table_schema(self) -> TableSchema:
+        """The table's schema as caslake's field tree (ids, nested children).
+
+        Examples:
+            >>> [f.name for f in t.table_schema.fields]
+            ['id', 'city']
+        """
         return self.snapshot.manifest.schema
 
     @property
     def snapshot(self) -> Snapshot:
+        """The version this handle sees (its manifest and key); see :meth:`refresh`.
+
+        Examples:
+            >>> t.snapshot.manifest.totals.live_rows
+            3
+        """
         return self.context.snapshot
 
     def refresh(self) -> Self:
+        """Re-read the table's pointer: later commits (from any writer) become visible.
+
+        Examples:
+            >>> t.refresh().version
+            1
+        """
         self.context.refresh()
         return self
 
@@ -251,11 +355,22 @@ class Table(ArrowExport):
              version: int | None = None, as_of: datetime | str | int | None = None, *,
              ref: str | None = None, tag: str | None = None) -> Scan:
         """Pin a snapshot (latest, or by version / timestamp; of this handle's branch,
-        of branch ``ref``, or the version tag ``tag`` names) and plan a read of it."""
+        of branch ``ref``, or the version tag ``tag`` names) and plan a read of it.
+
+        Examples:
+            >>> t.scan(columns=['id'], where='id >= 2').to_arrow().column('id').to_pylist()
+            [2, 3]
+        """
         return Scan(self.io, self.footers, self._resolve_ref(version, as_of, ref, tag),
                     columns, where, self.tombstones)
 
     def to_arrow(self, **kwargs: Any) -> pa.Table:
+        """Read the table (``scan`` arguments) into one ``pyarrow.Table``.
+
+        Examples:
+            >>> t.to_arrow(where='id = 3').column('city').to_pylist()
+            ['Pune']
+        """
         return self.scan(**kwargs).to_arrow()
 
     def to_pyarrow_dataset(self, version: int | None = None,
@@ -287,16 +402,32 @@ class Table(ArrowExport):
     def live_files(self, version: int | None = None) -> list[dict[str, Any]]:
         """The live data files of the latest version (or ``version``): full ``uri``,
         ``path``, ``rows``, ``deleted_rows`` (rows tombstones hide: another engine
-        reading the file directly sees them) and ``bytes``."""
+        reading the file directly sees them) and ``bytes``.
+
+        Examples:
+            >>> [f['rows'] for f in t.live_files()]
+            [3]
+        """
         return live_file_list(self.store, self.io, self._resolve(version, None))
 
     @property
     def properties(self) -> dict[str, str]:
-        """The table properties at the latest version."""
+        """The table properties at the latest version.
+
+        Examples:
+            >>> _ = t.set_properties({'owner': 'data-eng'})
+            >>> t.properties['owner']
+            'data-eng'
+        """
         return dict(self._resolve(None, None).manifest.properties)
 
     def set_properties(self, updates: dict[str, str]) -> CommitResult:
-        """Set (add or replace) table properties as one new version."""
+        """Set (add or replace) table properties as one new version.
+
+        Examples:
+            >>> t.set_properties({'owner': 'data-eng'}).version
+            2
+        """
         if not isinstance(updates, dict) or not updates or not all(
                 isinstance(k, str) and k and isinstance(v, str) for k, v in updates.items()):
             raise InvalidArgument("set_properties needs a non-empty dict of non-empty string "
@@ -309,6 +440,12 @@ class Table(ArrowExport):
         return run_operation(ctx, "set_properties", lambda base: changes, started=started)
 
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        """Every version of this branch, newest first (``limit``: the newest ``limit``).
+
+        Examples:
+            >>> [e.operation for e in t.history()]
+            ['append', 'create']
+        """
         head = self._resolve(None, None)
         return [HistoryEntry.of(s.manifest, s.key) for s in self.io.history(head, limit)]
 
@@ -322,14 +459,24 @@ class Table(ArrowExport):
         Columns match the table by name, and a column renamed since the data was
         read matches by its field id.  Columns the table lacks are refused
         (SchemaMismatch naming them) unless ``schema_mode="merge"``, which adds
-        them (nullable) in the same commit."""
+        them (nullable) in the same commit.
+
+        Examples:
+            >>> t.append(pa.table({'id': [4], 'city': ['Rome']})).rows_added
+            1
+        """
         return self._write("append", data, remove_all=False, txn=txn, params=params,
                            schema_mode=schema_mode)
 
     def update_schema(self) -> SchemaUpdate:
         """A builder of schema changes that commits once: ``.add_column(name, type)``,
         ``.rename_column(old, new)``, ``.drop_column(name)``, ``.widen_column(name,
-        type)``, ``.make_nullable(name)``, then ``.commit()``."""
+        type)``, ``.make_nullable(name)``, then ``.commit()``.
+
+        Examples:
+            >>> with t.update_schema() as upd:  # doctest: +SKIP
+            ...     upd.add_column('country', 'string')
+        """
         return SchemaUpdate(self.context)
 
     def overwrite(self, data: Any, *, where: str | Expr | None = None,
@@ -343,7 +490,14 @@ class Table(ArrowExport):
         With ``where`` (Delta's replaceWhere) only the live rows matching it are
         replaced, in one commit that deletes them (a file whose partition lies wholly
         inside ``where`` is dropped unread) and adds ``data``; every row of ``data``
-        must match ``where``, else ``RowsOutsideWhere`` and nothing is written."""
+        must match ``where``, else ``RowsOutsideWhere`` and nothing is written.
+
+        Examples:
+            >>> t.overwrite(pa.table({'id': [7], 'city': ['Baku']})).version
+            2
+            >>> t.to_arrow().num_rows
+            1
+        """
         if where is not None:
             if txn is not None:
                 raise InvalidArgument("overwrite(where=...) does not take txn")
@@ -353,7 +507,12 @@ class Table(ArrowExport):
     def update_spec(self, partition_by: Sequence[str]) -> CommitResult:
         """Make ``partition_by`` (``["day(ts)", "bucket(16, id)"]``; ``[]``: none) the
         partition spec new files are written with, in one ``partition_spec`` commit.
-        Files written before keep their spec and still prune by it."""
+        Files written before keep their spec and still prune by it.
+
+        Examples:
+            >>> t.update_spec(['city']).version  # new files are partitioned by city
+            2
+        """
         return update_spec(self.context, partition_by)
 
     def _write(self, operation: str, data: Any, *, remove_all: bool,
@@ -394,7 +553,12 @@ class Table(ArrowExport):
         One tombstone object and one commit; a delete that matches nothing
         creates no version (``noop`` is True, ``rows_deleted`` 0).  With
         ``read_version`` the delete refuses (ReadValidationFailed) to commit over any
-        commit since that version that changed rows ``where`` could match."""
+        commit since that version that changed rows ``where`` could match.
+
+        Examples:
+            >>> t.delete("city = 'Oslo'").rows_deleted
+            1
+        """
         tx = Transaction(self.context, read_version=read_version)
         tx.delete(where)
         return tx.commit()
@@ -409,7 +573,14 @@ class Table(ArrowExport):
         instead of committing over a concurrent change to any of those keys.
 
         A key twice in ``data`` raises DuplicateKey; ``on_duplicate="last"`` (or
-        ``"first"``) keeps that row of each key instead."""
+        ``"first"``) keeps that row of each key instead.
+
+        Examples:
+            >>> t.upsert(pa.table({'id': [3, 4], 'city': ['Delhi', 'Rome']}), key='id').version
+            2
+            >>> t.to_arrow().num_rows
+            4
+        """
         tx = Transaction(self.context, read_version=read_version)
         tx.upsert(data, key, on_duplicate=on_duplicate)
         return tx.commit()
@@ -421,7 +592,14 @@ class Table(ArrowExport):
         "Update").  A value is SQL text (``"amount * 1.1"``, ``"'closed'"``), a
         ``caslake.col(...)`` expression or a Python literal; a value of the wrong
         type is SchemaMismatch naming the column, and nothing is committed.
-        Matching nothing creates no version.  ``read_version``: see :meth:`upsert`."""
+        Matching nothing creates no version.  ``read_version``: see :meth:`upsert`.
+
+        Examples:
+            >>> t.update({'city': "upper(city)"}, where='id < 3').rows_deleted  # doctest: +SKIP
+            2
+            >>> t.update({'city': "CASE WHEN id = 1 THEN 'one' ELSE city END"}).version
+            2
+        """
         from caslake.ops.update import update
 
         return update(self.context, set, where, read_version=read_version)
@@ -429,10 +607,25 @@ class Table(ArrowExport):
     def transaction(self, *, read_version: int | None = None) -> Transaction:
         """``with table.transaction() as tx: tx.delete(...); tx.append(...)`` commits
         everything as one version on a clean exit, nothing if the block raises.
-        ``read_version``: see :meth:`upsert`."""
+        ``read_version``: see :meth:`upsert`.
+
+        Examples:
+            >>> with t.transaction() as tx:
+            ...     _ = tx.delete('id = 1')
+            ...     _ = tx.append(pa.table({'id': [10], 'city': ['Nice']}))
+            >>> t.version  # both in one commit
+            2
+        """
         return Transaction(self.context, read_version=read_version)
 
     def describe(self) -> dict[str, Any]:
+        """The latest version at a glance: schema, files, rows, deleted rows, bytes,
+        tombstones, metadata.
+
+        Examples:
+            >>> t.describe()['rows']
+            3
+        """
         snap = self._resolve(None, None)
         m = snap.manifest
         files = self.io.live_files(snap)
@@ -456,21 +649,39 @@ class Table(ArrowExport):
 
     @property
     def ref(self) -> str:
-        """The branch this handle reads and commits to (``main`` by default)."""
+        """The branch this handle reads and commits to (``main`` by default).
+
+        Examples:
+            >>> t.ref
+            'main'
+        """
         key = self.context.pointer_key
         return MAIN if key == POINTER_KEY else name_from_key(key, BRANCH_PREFIX) or key
 
     def branch(self, name: str) -> Self:
         """A handle bound to branch ``name``: its appends, deletes, upserts,
         transactions, compaction and gc marker commit to that branch.  Raises
-        RefNotFound."""
+        RefNotFound.
+
+        Examples:
+            >>> _ = t.create_branch('dev')
+            >>> t.branch('dev').ref
+            'dev'
+        """
         head = refs.branch_head(self.context.io, name)
         return self._handle_for(branch_key(name), head)
 
     def create_branch(self, name: str, from_version: int | None = None, *,
                       tag: str | None = None) -> Self:
         """Create branch ``name`` at ``from_version`` of this handle's branch (default:
-        its latest version) or at tag ``tag``, and return a handle bound to it."""
+        its latest version) or at tag ``tag``, and return a handle bound to it.
+
+        Examples:
+            >>> dev = t.create_branch('dev')
+            >>> _ = dev.append(pa.table({'id': [9], 'city': ['Kyiv']}))
+            >>> dev.to_arrow().num_rows, t.refresh().to_arrow().num_rows
+            (4, 3)
+        """
         validate_ref_name(name, kind="branch")
         io = self.context.io
         if tag is not None:
@@ -487,7 +698,13 @@ class Table(ArrowExport):
 
     def create_tag(self, name: str, version: int | None = None) -> refs.RefInfo:
         """Tag ``version`` of this handle's branch (default: its latest) as ``name``;
-        tags are immutable, and a dropped tag's name can never be used again."""
+        tags are immutable, and a dropped tag's name can never be used again.
+
+        Examples:
+            >>> _ = t.create_tag('v1')
+            >>> t.scan(version='v1').to_arrow().num_rows  # doctest: +SKIP
+            3
+        """
         validate_ref_name(name, kind="tag")
         head = self._head()
         snap = head if version is None else self.context.io.at_version(head, version)
@@ -497,21 +714,44 @@ class Table(ArrowExport):
                             t.target.manifest, branch=t.branch)
 
     def list_refs(self) -> list[refs.RefInfo]:
-        """Every branch (``main`` first), live tag and clone hold of the table."""
+        """Every branch (``main`` first), live tag and clone hold of the table.
+
+        Examples:
+            >>> _ = t.create_tag('v1')
+            >>> sorted(r.name for r in t.list_refs())
+            ['main', 'v1']
+        """
         return refs.list_refs(self.context.io)
 
     def drop_branch(self, name: str) -> None:
         """Drop branch ``name``.  Refused (RefInUse, naming them) while a tag or a
-        clone still needs a version only this branch has."""
+        clone still needs a version only this branch has.
+
+        Examples:
+            >>> _ = t.create_branch('tmp')
+            >>> t.drop_branch('tmp')
+        """
         refs.drop_branch(self.context.io, name)
 
     def drop_tag(self, name: str) -> None:
-        """Drop tag ``name``; its name stays retired (a tombstone)."""
+        """Drop tag ``name``; its name stays retired (a tombstone).
+
+        Examples:
+            >>> _ = t.create_tag('v1')
+            >>> t.drop_tag('v1')
+        """
         refs.drop_tag(self.context.io, name, now_ms=self.context.now_ms)
 
     def fast_forward(self, target: str = MAIN, *, source: str) -> int:
         """Move branch ``target`` to ``source``'s head if ``target`` has not moved since
-        the fork (else BranchDiverged).  Returns ``target``'s new version."""
+        the fork (else BranchDiverged).  Returns ``target``'s new version.
+
+        Examples:
+            >>> dev = t.create_branch('dev')
+            >>> _ = dev.append(pa.table({'id': [9], 'city': ['Kyiv']}))
+            >>> t.fast_forward('main', source='dev')
+            2
+        """
         validate_ref_name(target, kind="branch")
         validate_ref_name(source, kind="branch")
         snap = refs.fast_forward(self.context.io, target, source)
@@ -539,7 +779,14 @@ class Table(ArrowExport):
           ``execute()``, one commit (docs/protocol.md, "Merge");
         * ``merge("branch", into="main")``: commit branch ``source``'s changes since
           its fork onto branch ``into`` as one version, provided ``into`` only
-          appended since the fork (else BranchDiverged)."""
+          appended since the fork (else BranchDiverged).
+
+        Examples:
+            >>> dev = t.create_branch('dev')
+            >>> _ = dev.append(pa.table({'id': [9], 'city': ['Kyiv']}))
+            >>> t.merge('dev').version  # a branch into main
+            2
+        """
         if on is not None:
             from caslake.ops.merge import MergeBuilder
 
@@ -586,7 +833,13 @@ class Table(ArrowExport):
         of this handle's branch or branch ``ref``: the table's columns plus
         ``_change_type`` (insert, delete, update_preimage, update_postimage),
         ``_commit_version`` and ``_commit_timestamp`` (docs/protocol.md, "Change
-        feed"; see :mod:`caslake.ops.change_feed`)."""
+        feed"; see :mod:`caslake.ops.change_feed`).
+
+        Examples:
+            >>> _ = t.delete('id = 1')
+            >>> t.changes(2).to_arrow().num_rows  # version 2's delete: one change row
+            1
+        """
         from caslake.ops.change_feed import changes
 
         handle = self if ref is None or validate_ref_name(ref, kind="branch") == self.ref \
@@ -605,7 +858,13 @@ class Table(ArrowExport):
         as new versions land, polling the pointer with a delay that doubles from
         ``poll_initial_s`` up to ``poll_max_s`` while nothing lands.  ``stop()`` is
         asked before each poll (True ends it); without it the iterator runs until
-        the caller stops iterating."""
+        the caller stops iterating.
+
+        Examples:
+            >>> feed = t.follow(0)  # waits for new commits; stop= ends it
+            >>> next(feed).num_rows  # version 1's append
+            3
+        """
         from caslake.ops.change_feed import follow
 
         handle = self if ref is None or validate_ref_name(ref, kind="branch") == self.ref \
@@ -631,7 +890,15 @@ class Table(ArrowExport):
         at ``timestamp``, or tag ``tag``) of this handle's branch, as one commit that
         re-references that version's data files and tombstones (nothing rewritten).
         Conflicts like an overwrite with a commit landing meanwhile (see
-        :mod:`caslake.ops.restore`)."""
+        :mod:`caslake.ops.restore`).
+
+        Examples:
+            >>> _ = t.delete('id > 0')
+            >>> t.restore(version=1).version  # a new version with version 1's rows
+            3
+            >>> t.to_arrow().num_rows
+            3
+        """
         from caslake.ops.restore import restore
 
         return restore(self.context, version=version,
@@ -648,7 +915,13 @@ class Table(ArrowExport):
         ``clustering.columns``, ``"zorder(id, ts)"``) it clusters instead: the files
         whose key ranges overlap others' (and mostly-deleted ones) are rewritten in
         key order into files with disjoint key ranges, so a point read opens one;
-        files already in order are left alone."""
+        files already in order are left alone.
+
+        Examples:
+            >>> _ = t.append(pa.table({'id': [4], 'city': ['Rome']}))
+            >>> t.compact().files_removed
+            2
+        """
         from caslake.ops.compact import compact
 
         return compact(self.context, target_file_size=target_file_size,
@@ -659,7 +932,12 @@ class Table(ArrowExport):
               progress: Progress | None = None, audit_key: bytes | None = None
               ) -> PurgeReport:
         """Physically erase the rows ``where`` matches, by row-group splice, in one
-        version (see :mod:`caslake.ops.purge`)."""
+        version (see :mod:`caslake.ops.purge`).
+
+        Examples:
+            >>> t.purge("city = 'Lima'").rows_erased  # rewritten without the row
+            1
+        """
         from caslake.export.erase import describe_erasure, erase_export_history
         from caslake.export.roots import export_roots
         from caslake.ops.purge import purge
@@ -677,24 +955,60 @@ class Table(ArrowExport):
     def gc(self, *, retention: timedelta | None = None, dry_run: bool = False,
            now: datetime | None = None, force: bool = False) -> GcReport:
         """Expire versions older than ``retention`` and delete the objects no retained
-        version references (see :mod:`caslake.ops.gc`)."""
+        version references (see :mod:`caslake.ops.gc`).
+
+        Examples:
+            >>> t.gc(dry_run=True).deleted_count  # everything is young: nothing to delete
+            0
+        """
         from caslake.export.roots import export_roots
         from caslake.ops.gc import collect_garbage
 
         return collect_garbage(self.context, retention=retention, dry_run=dry_run, now=now,
                                force=force, extra_roots=(export_roots,))
 
+    def report(self, path: str | os.PathLike[str]) -> Health:
+        """Write the table's health report -- one self-contained HTML page of charts
+        (versions, file sizes, deleted rows, tombstones and segments, pruning width,
+        requests per operation, what compact and gc would do) -- to ``path``; needs
+        the ``report`` extra (matplotlib).  See :mod:`caslake.ops.report`.
+
+        Examples:
+            >>> import caslake, pyarrow as pa, tempfile, os
+            >>> t = caslake.create_table("memory://", pa.schema([("id", pa.int64())]))
+            >>> _ = t.append(pa.table({"id": [1, 2, 3]}))
+            >>> health = t.report(os.path.join(tempfile.mkdtemp(), "health.html"))
+            >>> health.counts["live files"]
+            1
+        """
+        from caslake.export.roots import export_roots
+        from caslake.ops.report import write_report
+
+        return write_report(self.context, path,
+                            target_file_size=self.write_options.target_file_size,
+                            extra_roots=(export_roots,))
+
     def export_iceberg(self, version: int | None = None, out: str | None = None,
                        storage_options: StorageOptions | None = None) -> ExportResult:
         """Write Iceberg v2 metadata for ``version`` (latest if None) under
-        ``<out or the table root>/metadata/`` (see :mod:`caslake.export.iceberg`)."""
+        ``<out or the table root>/metadata/`` (see :mod:`caslake.export.iceberg`).
+
+        Examples:
+            >>> t.export_iceberg().version
+            1
+        """
         from caslake.export.iceberg import export_iceberg
 
         return export_iceberg(self.context, version, out, storage_options)
 
     def export_delta(self, version: int | None = None) -> ExportResult:
         """Append a Delta commit to ``_delta_log/`` showing ``version`` (latest if None;
-        see :mod:`caslake.export.delta`)."""
+        see :mod:`caslake.export.delta`).
+
+        Examples:
+            >>> t.export_delta().version
+            1
+        """
         from caslake.export.delta import export_delta
 
         return export_delta(self.context, version)
@@ -705,7 +1019,12 @@ class Table(ArrowExport):
         Iceberg export at ``out``): every object of it.  Refused with
         ExportOnCommitEnabled while the table property ``export.<format>`` is true;
         returns the number of objects deleted (0: none; see
-        :mod:`caslake.export.erase`)."""
+        :mod:`caslake.export.erase`).
+
+        Examples:
+            >>> t.drop_export('delta')  # no Delta export yet: nothing deleted
+            0
+        """
         from caslake.export.erase import drop_export
 
         return drop_export(self.context, format, out=out, storage_options=storage_options)
@@ -764,7 +1083,14 @@ def create_table(uri: str, schema: pa.Schema, *, storage_options: StorageOptions
     /list views as list, dictionaries as their values).  Appends match struct
     fields by name and convert any encoding; ``scan(columns=["dev.os"])``
     projects a nested field keeping the struct shape.  A schema using any of
-    these makes the table format version 4."""
+    these makes the table format version 4.
+
+    Examples:
+        >>> import caslake, pyarrow as pa
+        >>> t = caslake.create_table('memory://', pa.schema([('id', pa.int64())]))
+        >>> t.version
+        0
+    """
     return Table.create(uri, schema, storage_options=storage_options, properties=properties,
                         write_options=write_options, partition_by=partition_by)
 
@@ -777,7 +1103,17 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
     ``branch``) at ``target_uri``: it references the source's files where they lie
     (held by a record under the source, so the source's gc keeps them); new writes
     go to the target.  Released by :func:`drop_table`, or by the clone's gc once
-    nothing the clone retains references the source (e.g. after compaction)."""
+    nothing the clone retains references the source (e.g. after compaction).
+
+    Examples:
+        >>> import caslake, pyarrow as pa, tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> src = caslake.create_table(os.path.join(d, 'src'), pa.schema([('id', pa.int64())]))
+        >>> _ = src.append(pa.table({'id': [1, 2]}))
+        >>> c = caslake.clone(src.uri, os.path.join(d, 'copy'))  # no data copied
+        >>> c.to_arrow().num_rows
+        2
+    """
     from caslake.ops.clone import clone as _clone
 
     _clone(source_uri, target_uri, version=version, tag=tag, branch=branch,
@@ -787,7 +1123,14 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
 
 def drop_table(uri: str, *, storage_options: StorageOptions | None = None) -> None:
     """Delete the table at ``uri`` (every object) and release its holds on the tables
-    it was cloned from.  Idempotent."""
+    it was cloned from.  Idempotent.
+
+    Examples:
+        >>> import caslake, pyarrow as pa, tempfile, os
+        >>> uri = os.path.join(tempfile.mkdtemp(), 't')
+        >>> _ = caslake.create_table(uri, pa.schema([('id', pa.int64())]))
+        >>> caslake.drop_table(uri)
+    """
     from caslake.ops.clone import drop_table as _drop
 
     _drop(uri, storage_options=storage_options)
@@ -795,7 +1138,15 @@ def drop_table(uri: str, *, storage_options: StorageOptions | None = None) -> No
 
 def open_table(uri: str, *, storage_options: StorageOptions | None = None,
                write_options: WriteOptions | None = None) -> Table:
-    """Open an existing table at its latest version.  Raises TableNotFound."""
+    """Open an existing table at its latest version.  Raises TableNotFound.
+
+    Examples:
+        >>> import caslake, pyarrow as pa, tempfile, os
+        >>> uri = os.path.join(tempfile.mkdtemp(), 't')
+        >>> _ = caslake.create_table(uri, pa.schema([('id', pa.int64())]))
+        >>> caslake.open_table(uri).version
+        0
+    """
     return Table.open(uri, storage_options=storage_options, write_options=write_options)
 
 

@@ -26,7 +26,13 @@ from caslake.cli.common import storage_options as _storage_options
 from caslake.cli.dataset import add_dataset_commands
 from caslake.cli.input import FORMATS, TextOptions, open_input
 from caslake.cli.output import emit_json_lines, parse_size, write_output
-from caslake.core import SchemaConformer
+from caslake.core import (
+    SchemaConformer,
+    progress_advance,
+    progress_shown,
+    progress_stage,
+    progress_task,
+)
 from caslake.errors import CaslakeError, InvalidArgument, TableAlreadyExists, TableNotFound
 from caslake.store.options import StorageOptions
 from caslake.table import Table, create_table, open_table
@@ -61,6 +67,16 @@ class Progress:
             self.out.flush()
 
 
+
+
+def _bar(args: argparse.Namespace, desc: str, *, total: int | None = None,
+         unit: str = "step") -> contextlib.AbstractContextManager[Any]:
+    """The progress bar of a long command (compact, purge, gc, export, clone,
+    verify): on stderr when it is a terminal (or with ``--progress``), never with
+    ``--json``; the operation advances it (caslake.core.progress)."""
+    enabled = progress_shown(bool(getattr(args, "progress", False)),
+                             as_json=bool(getattr(args, "json", False)))
+    return progress_task(desc, total=total, unit=unit, enabled=enabled)
 
 
 def _counted(reader: pa.RecordBatchReader, progress: Progress) -> pa.RecordBatchReader:
@@ -321,9 +337,9 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     from caslake.store import open_store
 
     store = open_store(args.uri, _storage_options(args.storage_option))
+    shown = progress_shown(args.progress, as_json=args.json)
     report = verify_table(store, deep=args.deep, all_versions=args.all_versions,
-                          progress=args.deep and (args.progress or sys.stderr.isatty()),
-                          storage_options=_storage_options(args.storage_option))
+                          progress=shown, storage_options=_storage_options(args.storage_option))
     if args.json:
         _emit_json(report.to_json(), out)
     else:
@@ -361,8 +377,10 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
                       f"{len(plan.drop)} fully deleted file(s) at version "
                       f"{plan.base.version}; nothing was written\n")
         return 0
-    res = table.compact(target_file_size=args.target_file_size,
-                        deleted_fraction=args.deleted_fraction)
+    with _bar(args, "compacting", unit="file"):
+        res = table.compact(target_file_size=args.target_file_size,
+                            deleted_fraction=args.deleted_fraction)
+        progress_advance(res.files_removed)
     if res.noop:
         out.write(f"nothing to compact (version {res.version})\n")
     else:
@@ -374,7 +392,9 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
     table = open_table(args.uri, storage_options=_storage_options(args.storage_option))
-    report = table.purge(args.where, dry_run=args.dry_run, expire=args.expire)
+    with _bar(args, "purging", unit="file") as bar:
+        report = table.purge(args.where, dry_run=args.dry_run, expire=args.expire,
+                             progress=progress_stage if bar is not None else None)
     if args.json:
         _emit_json(report.to_json(), out)
     elif report.noop:
@@ -418,7 +438,8 @@ def cmd_gc(args: argparse.Namespace, out: TextIO) -> int:
             "running writer has uploaded but not committed yet could be deleted. Add --force "
             "only if no writer can be running that long")
     table = _open_table(args)
-    report = table.gc(retention=retention, dry_run=args.dry_run, force=args.force)
+    with _bar(args, "deleting unreferenced objects", unit="object"):
+        report = table.gc(retention=retention, dry_run=args.dry_run, force=args.force)
     if args.json:
         _emit_json(report.to_json(), out)
         return 0
@@ -569,8 +590,9 @@ def cmd_clone(args: argparse.Namespace, out: TextIO) -> int:
     from caslake.table import clone
 
     opts = _storage_options(args.storage_option)
-    t = clone(args.uri, args.target, version=args.version, tag=args.tag,
-              storage_options=opts)
+    with _bar(args, "cloning"):
+        t = clone(args.uri, args.target, version=args.version, tag=args.tag,
+                  storage_options=opts)
     result = {"clone": t.uri, "source": args.uri, "rows": t.describe()["rows"],
               "files": len(t.describe()["data_files"])}
     _emit_result(result, out, as_json=args.json)
@@ -697,6 +719,20 @@ def _size(text: str) -> int:
             f"{text!r} is not a size (bytes, or e.g. 64MB, 256MiB)") from None
 
 
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    table = _open_table(args)
+    health = table.report(args.html)
+    if args.json:
+        _emit_json({"report": args.html, "version": health.version,
+                    "live_files": len(health.file_sizes), "counts": health.counts,
+                    "small_file_share": health.small_file_share}, out)
+    else:
+        out.write(f"wrote the health report of version {health.version} to {args.html} "
+                  f"({len(health.file_sizes)} live files, {health.small_file_share:.0%} "
+                  "small)\n")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
     options = _storage_options(args.storage_option)
     table = open_table(args.uri, storage_options=options)
@@ -708,10 +744,13 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"dropped the {args.format} export: {n} objects deleted\n" if n else
                       f"no {args.format} export there: nothing deleted\n")
         return 0
-    if args.target == "iceberg":
-        res = table.export_iceberg(version=args.version, out=args.out, storage_options=options)
-    else:
-        res = table.export_delta(version=args.version)
+    with _bar(args, f"exporting {args.target}", total=1, unit="format"):
+        if args.target == "iceberg":
+            res = table.export_iceberg(version=args.version, out=args.out,
+                                       storage_options=options)
+        else:
+            res = table.export_delta(version=args.version)
+        progress_advance()
     if args.json:
         _emit_json(res.__dict__, out)
         return 0
@@ -832,7 +871,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also check every Parquet footer and every page's CRC-32")
     v.add_argument("--all-versions", action="store_true", help="check every version in history")
     v.add_argument("--progress", action="store_true",
-                   help="always show a progress bar for --deep (default: on a terminal)")
+                   help="always show a progress bar (default: on a terminal, not with --json)")
     json_flag(v, "the report (for monitoring)")
     v.set_defaults(fn=cmd_verify)
 
@@ -929,6 +968,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="set a property (repeatable); all --set values are one commit")
     json_flag(pr, "the properties")
     pr.set_defaults(fn=cmd_properties)
+
+    rp = table_cmd("report", "draw the table's health as one self-contained HTML page")
+    rp.add_argument("--html", required=True, metavar="PATH",
+                    help="where to write the report, e.g. report.html")
+    json_flag(rp, "a summary of the report")
+    rp.set_defaults(fn=cmd_report)
 
     ex = sub.add_parser("export", help="publish a version as Iceberg or Delta metadata "
                         "(zero-copy, deletes included)")

@@ -3,7 +3,7 @@
 Owns the table's metadata IO and time travel (``metadata_io``, ``segments``,
 ``history``), every conditional write -- create-only objects and records, the
 swaps of mutable records and how an unclear outcome is settled (``pointer``) --,
-the commit loop (``commit``), the typed changes a
+the commit loop (``commit``), the progress bars of long work (``progress``), the typed changes a
 commit applies (``changes``) and the requirements it validates against its base
 (``requirements``), what conflicts with what (``conflicts``), the operation runner
 every write goes through (``runner``), the caches and pools (``cache``,
@@ -49,6 +49,11 @@ from caslake.core.pointer import (
     swap_record,
 )
 from caslake.core.pools import shared_pool, shutdown_all, threads
+from caslake.core.progress import advance as progress_advance
+from caslake.core.progress import set_total as progress_total
+from caslake.core.progress import shown as progress_shown
+from caslake.core.progress import stage_callback as progress_stage
+from caslake.core.progress import task as progress_task
 from caslake.core.read.deletion_mask import DeletionMask, TombstoneCache, load_masks
 from caslake.core.read.interop import ArrowExport, live_file_list
 from caslake.core.read.partition_prune import partition_covers
@@ -125,6 +130,11 @@ __all__ = [
     "load_masks",
     "noop_result",
     "partition_covers",
+    "progress_advance",
+    "progress_shown",
+    "progress_stage",
+    "progress_task",
+    "progress_total",
     "put_new",
     "put_new_file",
     "pyarrow_dataset",

@@ -64,7 +64,15 @@ def rewritten_rows(manifest: Manifest) -> int:
 @dataclass(frozen=True)
 class HistoryEntry:
     """One version of the table.  ``rows_added`` ... ``tombstones_added``: what this
-    commit did; ``total_rows`` (live) and ``total_files``: the table at this version."""
+    commit did; ``total_rows`` (live) and ``total_files``: the table at this version.
+
+    Examples:
+        >>> import caslake, pyarrow as pa
+        >>> t = caslake.create_table('memory://', pa.schema([('id', pa.int64())]))
+        >>> _ = t.append(pa.table({'id': [1, 2]}))
+        >>> [(e.version, e.operation, e.rows_added) for e in t.history()]
+        [(1, 'append', 2), (0, 'create', 0)]
+    """
 
     version: int
     created_at: datetime

@@ -59,7 +59,13 @@ CREATE_ATTEMPTS = 4
 @dataclass(frozen=True)
 class CommitPolicy:
     """How hard a writer tries: attempts at the pointer, their jittered backoff, and
-    the read-backs that settle an unclear outcome."""
+    the read-backs that settle an unclear outcome.
+
+    Examples:
+        >>> import caslake
+        >>> caslake.CommitPolicy(max_attempts=10).max_attempts
+        10
+    """
 
     max_attempts: int = 50
     base_backoff_s: float = 0.005

@@ -43,7 +43,15 @@ class CommitResult:
 
     ``requests`` is the store's counter delta over the operation (request kinds,
     plus ``bytes_in``/``bytes_out``); ``bytes_in``/``bytes_out`` repeat the byte
-    counts as fields."""
+    counts as fields.
+
+    Examples:
+        >>> import caslake, pyarrow as pa
+        >>> t = caslake.create_table('memory://', pa.schema([('id', pa.int64())]))
+        >>> res = t.append(pa.table({'id': [1, 2]}))
+        >>> (res.version, res.rows_added)
+        (1, 2)
+    """
 
     version: int
     commit_id: str

@@ -15,6 +15,14 @@ ZSTD_DEFAULT_LEVEL = 1  # chosen by measurement (docs/format.md, Compression)
 
 @dataclass(frozen=True)
 class WriteOptions:
+    """How data files are written: target file size, row-group size (compressed
+    bytes), compression codec and level.
+
+    Examples:
+        >>> import caslake
+        >>> opts = caslake.WriteOptions(target_file_size=64 * 2**20, compression='zstd')
+        >>> t = caslake.open_table('/data/events', write_options=opts)  # doctest: +SKIP
+    """
     target_file_size: int = 256 * MiB
     row_group_size: int = 8 * MiB  # target compressed bytes per row group
     compression: Any = "zstd"  # any codec pyarrow.parquet accepts

@@ -11,7 +11,7 @@ last published one, never from the last attempt).  Never commits.
 
 from __future__ import annotations
 
-from caslake.core import Snapshot
+from caslake.core import Snapshot, progress_advance
 from caslake.export.delta import export_delta
 from caslake.export.iceberg import export_iceberg
 from caslake.export.source import TableHandle
@@ -39,5 +39,6 @@ def export_on_commit(table: TableHandle, snapshot: Snapshot) -> None:
                 export_delta(table, snapshot.version)
         except Exception as e:  # one format failing must not stop the other
             first = first or e
+        progress_advance()  # one step per format, when a bar is open (the CLI's)
     if first is not None:
         raise first

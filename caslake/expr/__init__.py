@@ -58,6 +58,7 @@ from caslake.expr.nodes import (
     And,
     Arith,
     Between,
+    Case,
     Cast,
     Column,
     Compare,
@@ -77,6 +78,7 @@ from caslake.expr.nodes import (
     func,
     lit,
     referenced_columns,
+    when,
 )
 from caslake.expr.prune import ColumnStats, StatsKey, might_match, pruning_paths
 from caslake.expr.sql import parse_sql, parse_sql_value
@@ -88,6 +90,7 @@ __all__ = [
     "Arith",
     "Between",
     "BoundExpr",
+    "Case",
     "Cast",
     "Column",
     "ColumnStats",
@@ -125,6 +128,7 @@ __all__ = [
     "resolve_column",
     "stats_key",
     "to_arrow",
+    "when",
 ]
 
 

@@ -98,9 +98,9 @@ class _Translator:
     """Builds the expression; given ``table``, computes the same kernels on its
     columns instead (only for a predicate that :func:`is_computed` says is not)."""
 
-    def __init__(self, bound: BoundExpr, table: pa.Table | None = None) -> None:
-        self.schema = bound.schema
-        self.values = ValueBuilder(bound.schema, for_filter=True, table=table)
+    def __init__(self, schema: pa.Schema, table: pa.Table | None = None) -> None:
+        self.schema = schema
+        self.values = ValueBuilder(schema, for_filter=True, table=table, predicate=self.visit)
         self.table = table
 
     def value(self, node: Value) -> tuple[Any, pa.DataType]:
@@ -167,7 +167,7 @@ def to_arrow(bound: BoundExpr) -> pc.Expression:
         raise InvalidPredicate(
             f"to_arrow needs a bound predicate (see caslake.expr.bind), got {type(bound).__name__}"
         )
-    expr: pc.Expression = _Translator(bound).visit(bound.expr)
+    expr: pc.Expression = _Translator(bound.schema).visit(bound.expr)
     return expr
 
 
@@ -217,7 +217,7 @@ def predicate_mask(table: pa.Table, bound: BoundExpr) -> Any:
     if isinstance(expr, Const) and expr.unless_null is None:
         return literal_scalar(expr.value, pa.bool_())
     try:
-        result = evaluate(table, expr, _Translator(bound, table).visit)
+        result = evaluate(table, expr, _Translator(bound.schema, table).visit)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise _evaluation_error(bound, exc) from None
     return arrow_mask(result, table.num_rows)
@@ -227,7 +227,7 @@ def kernel_mask(table: pa.Table, bound: BoundExpr) -> Any:
     """:func:`predicate_mask` computed with Arrow's kernels only (the reference
     the numpy evaluation must equal, row by row)."""
     try:
-        return _Translator(bound, table).visit(bound.expr)
+        return _Translator(bound.schema, table).visit(bound.expr)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise _evaluation_error(bound, exc) from None
 
@@ -265,7 +265,7 @@ def evaluate_value(value: Value, table: pa.Table) -> tuple[Any, pa.DataType]:
         return pa.scalar(None, pa.null()), pa.null()
     resolved, _ = bind_value(value, table.schema)
     try:
-        return ValueBuilder(table.schema, for_filter=True, table=table).build(resolved)
+        return _Translator(table.schema, table).values.build(resolved)
     except pa.ArrowException as exc:
         raise PredicateEvaluationError(
             f"computing {value} failed: {str(exc).splitlines()[0][:160]}") from None

@@ -40,7 +40,8 @@ or NULL, row by row) of the source predicate, and:
   and the other side a literal (``Compare(col, Literal)``, ``In(col, ...)``,
   ``IsNull(col)``): only simple leaves are pruned with statistics.  Any other
   leaf is *computed* -- column against column, arithmetic, functions, CAST,
-  LIKE -- and is evaluated exactly after reading; a literal compared with a
+  CASE (whose conditions are bound, each on its own, into this same normal
+  form), LIKE -- and is evaluated exactly after reading; a literal compared with a
   computed value is placed in that value's Arrow type the same way as with a
   column;
 * ``LIKE 'abc%...'`` (case-sensitive, with a literal prefix) gains the range
@@ -127,6 +128,7 @@ from caslake.expr.nodes import (
     And,
     Arith,
     Between,
+    Case,
     Cast,
     Column,
     Compare,
@@ -717,6 +719,11 @@ class _Binder:
                          self.resolve_inside(value.right))
         if isinstance(value, Cast):
             return Cast(self.resolve_inside(value.value), value.to)
+        if isinstance(value, Case):
+            # Each condition is bound as a predicate of its own (normalised, its
+            # literals placed); the branch values are resolved like any value.
+            whens = tuple((self.bind(c, False), self.resolve_inside(v)) for c, v in value.whens)
+            return Case(whens, self.resolve_inside(value.default))
         return value
 
     def bind_value(self, value: Value) -> tuple[Value, pa.DataType]:

@@ -46,8 +46,10 @@ from caslake.expr.nodes import (
     NESTED_FUNCTIONS,
     SQL_FUNCTIONS,
     Arith,
+    Case,
     Cast,
     Column,
+    Expr,
     Func,
     GetField,
     Like,
@@ -295,12 +297,16 @@ class ValueBuilder:
     """
 
     def __init__(self, schema: pa.Schema, *, for_filter: bool,
-                 table: pa.Table | None = None) -> None:
+                 table: pa.Table | None = None,
+                 predicate: Callable[[Expr], Any] | None = None) -> None:
         self.schema = schema
         self.for_filter = for_filter
         # Given a table, the operand is computed on its columns instead of
         # being an expression (functions on lists and maps have no expression).
         self.table = table
+        # How a bound predicate inside a value (a CASE condition) is evaluated:
+        # caslake.expr.arrow's translator, which builds on this class.
+        self.predicate = predicate
 
     # Each step runs on a pair (target, sample): ``sample`` is the operation
     # on zero-length arrays, which gives the type and surfaces kernel errors;
@@ -329,6 +335,8 @@ class ValueBuilder:
             return self._arith(value)
         if isinstance(value, Cast):
             return self._cast(value)
+        if isinstance(value, Case):
+            return self._case(value)
         raise InvalidPredicate(f"not a value node: {type(value).__name__}")
 
     def _run(self, what: str, fn: Callable[..., Any], args: list[tuple[Any, Any]],
@@ -515,6 +523,57 @@ class ValueBuilder:
                     what, lambda x: pc.round(x, digits, round_mode=mode),  # type: ignore[call-overload]
                     [source])
         return self._cast_to(source, target, what)
+
+
+    def _case(self, node: Case) -> tuple[Any, Any]:
+        """CASE: the branch values in one type (as coalesce's arguments), chosen
+        per row by ``case_when`` -- whose NULL condition is not TRUE, as in SQL."""
+        what = "CASE"
+        values = [*(v for _, v in node.whens), node.default]
+        typed = [self._pair(v) for v in values if not _is_null(v)]
+        if not typed:
+            common: pa.DataType = pa.null()
+        else:
+            typed = self._common(what, typed)
+            common = _one_type(what, [p[1].type for p in typed])
+        pairs = iter(self._cast_to(p, common, what) for p in typed)
+        null: Any = pa.nulls(1, common)[0]  # type: ignore[call-overload]
+        branches = [(null, null) if _is_null(v) else next(pairs) for v in values]
+        sample = pa.array([], type=common)
+        if not self.for_filter:
+            return sample, sample
+        if self.predicate is None:
+            raise InvalidPredicate("CASE needs a predicate evaluator to compute its conditions")
+        conditions = [self.predicate(c) for c, _ in node.whens]
+        names = [f"c{i}" for i in range(len(conditions))]
+        try:
+            target = pc.case_when(pc.make_struct(*conditions, field_names=names),
+                                  *(b[0] for b in branches))
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise _mismatch(what, [common], str(exc).split("\n")[0][:160]) from None
+        return target, sample
+
+
+def _is_null(value: Value) -> bool:
+    return isinstance(value, Literal) and value.value is None
+
+
+def _one_type(what: str, types: list[pa.DataType]) -> pa.DataType:
+    """The type every branch of ``what`` is cast to: the one type they share,
+    else a decimal holding every decimal (and int64) exactly, else the first
+    (strings, dates: one kind, different encodings)."""
+    first = types[0]
+    if all(t == first for t in types):
+        return first
+    if all(type_family(t) in ("decimal", "int") for t in types):
+        decimals = [cast(pa.Decimal128Type, t) if type_family(t) == "decimal"
+                    else pa.decimal128(19, 0) for t in types]
+        scale = max(d.scale for d in decimals)
+        digits = max(d.precision - d.scale for d in decimals)
+        if digits + scale > 38:
+            raise _mismatch(what, types, "no decimal holds every branch exactly")
+        return pa.decimal128(digits + scale, scale)
+    return first
 
 
 def describe_typed(value: Value, arrow_type: pa.DataType) -> str:

@@ -63,6 +63,7 @@ __all__ = [
     "And",
     "Arith",
     "Between",
+    "Case",
     "Cast",
     "Column",
     "Compare",
@@ -92,6 +93,7 @@ __all__ = [
     "render_literal",
     "to_sql",
     "value_path",
+    "when",
 ]
 
 #: Python values a :class:`Literal` may hold.
@@ -653,12 +655,24 @@ def _literal_tuple(values: object) -> tuple[Literal, ...]:
 
 
 def col(name: str) -> Column:
-    """The column called ``name`` (resolved case-insensitively when unambiguous)."""
+    """The column called ``name`` (resolved case-insensitively when unambiguous).
+
+    Examples:
+        >>> import caslake
+        >>> str((caslake.col('amount') > 100) & caslake.col('city').is_not_null())
+        'amount > 100 AND city IS NOT NULL'
+    """
     return Column(name)
 
 
 def lit(value: object) -> Literal:
-    """A literal value, e.g. ``lit(5) < col("a")``."""
+    """A literal value, e.g. ``lit(5) < col("a")``.
+
+    Examples:
+        >>> import caslake
+        >>> str(caslake.lit(5) < caslake.col('a'))
+        'a > 5'
+    """
     return _as_literal(value, "lit()")
 
 
@@ -938,6 +952,57 @@ class Const(Expr):
         return hash(self._key())
 
 
+@dataclass(frozen=True, eq=False)
+class Case(Value):
+    """``CASE WHEN cond THEN value ... ELSE default END``: per row, the value of
+    the first branch whose condition is TRUE; a NULL condition is not TRUE, so
+    it falls through (to ``default``, NULL when there is no ELSE).  SQL
+    ``CASE x WHEN 1 THEN ...`` is parsed as ``CASE WHEN x = 1 THEN ...``.
+
+    Examples:
+        >>> from caslake.expr import col, when
+        >>> str(when(col("qty") > 10, "bulk").when(col("qty") > 0, "retail").otherwise("none"))
+        "CASE WHEN qty > 10 THEN 'bulk' WHEN qty > 0 THEN 'retail' ELSE 'none' END"
+    """
+
+    whens: tuple[tuple[Expr, Value], ...]
+    default: Value = Literal(None)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.whens, (str, bytes, Value, Expr)) or not isinstance(
+                self.whens, (tuple, list)) or not self.whens:
+            raise InvalidPredicate("CASE needs at least one (condition, value) branch")
+        branches: list[tuple[Expr, Value]] = []
+        for branch in self.whens:
+            if not isinstance(branch, (tuple, list)) or len(branch) != 2:
+                raise InvalidPredicate("a CASE branch is a (condition, value) pair")
+            branches.append((_require_expr(branch[0], "CASE WHEN"), _as_value(branch[1])))
+        object.__setattr__(self, "whens", tuple(branches))
+        object.__setattr__(self, "default", _as_value(self.default))
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def when(self, condition: Expr, value: object) -> Case:
+        """This CASE with one more branch, tried after the others."""
+        return Case((*self.whens, (condition, _as_value(value))), self.default)
+
+    def otherwise(self, value: object) -> Case:
+        """This CASE with ``value`` as its ELSE."""
+        return Case(self.whens, _as_value(value))
+
+
+def when(condition: Expr, value: object) -> Case:
+    """Start a CASE: ``when(col("a") > 1, "big").when(...).otherwise("small")``.
+
+    Examples:
+        >>> from caslake.expr import col, when
+        >>> str(when(col("a").is_null(), 0).otherwise(col("a")))
+        'CASE WHEN a IS NULL THEN 0 ELSE a END'
+    """
+    return Case(((condition, _as_value(value)),))
+
+
 TRUE: Final = Const(True)
 FALSE: Final = Const(False)
 
@@ -1004,6 +1069,12 @@ def operands(node: Expr | Value) -> Iterator[Value]:
     elif isinstance(node, Subscript):
         yield node.value
         yield node.key
+    elif isinstance(node, Case):
+        for condition, value in node.whens:
+            for leaf in leaves(condition):
+                yield from operands(leaf)
+            yield value
+        yield node.default
 
 
 def value_columns(value: Value) -> Iterator[str]:
@@ -1104,6 +1175,12 @@ def render_value(value: Value) -> str:
         return f"{_render_base(value.value)}.{quote_field(value.name)}"
     if isinstance(value, Subscript):
         return f"{_render_base(value.value)}[{render_literal(value.key.value)}]"
+    if isinstance(value, Case):
+        branches = " ".join(f"WHEN {to_sql(c)} THEN {render_value(v)}" for c, v in value.whens)
+        default = value.default
+        tail = "" if isinstance(default, Literal) and default.value is None else \
+            f" ELSE {render_value(default)}"
+        return f"CASE {branches}{tail} END"
     raise InvalidPredicate(f"not a value node: {type(value).__name__}")
 
 

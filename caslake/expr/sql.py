@@ -12,7 +12,7 @@ looks at a schema (binding does that) and never raises anything but
   ``malformed where at position 11 near "AND y = 1": ...``;
 * :class:`~caslake.errors.UnknownFunction` -- a function caslake lacks;
 * :class:`~caslake.errors.UnsupportedExpression` -- a construct caslake does
-  not evaluate (subqueries, CASE, ``IS DISTINCT FROM``, ``%``, ...), named.
+  not evaluate (subqueries, ``IS DISTINCT FROM``, ``//``, ...), named.
 
 What is accepted (keywords are case-insensitive; precedence as in SQL)::
 
@@ -26,6 +26,9 @@ What is accepted (keywords are case-insensitive; precedence as in SQL)::
                 | value                           -- a boolean value: value = TRUE
     value      := column | literal | value (+ - * /) value | - value | ( value )
                 | function ( value, ... ) | CAST ( value AS type ) | value::type
+                | CASE WHEN predicate THEN value ... [ELSE value] END
+                | CASE value WHEN value THEN value ... [ELSE value] END
+                | IF ( predicate, value, value )  -- CASE WHEN p THEN a ELSE b END
     literal    := integer | decimal (1.5) | float (1.5e0) | 'string' | TRUE | FALSE
                 | NULL | DATE 'YYYY-MM-DD' | TIMESTAMP 'YYYY-MM-DD HH:MM:SS[.f][+HH:MM]'
                 | TIMESTAMPTZ '...'
@@ -66,6 +69,7 @@ from caslake.expr.nodes import (
     And,
     Arith,
     Between,
+    Case,
     Cast,
     Column,
     Compare,
@@ -117,7 +121,7 @@ _TRIM_POSITION: Final = {None: "trim", "LEADING": "ltrim", "TRAILING": "rtrim", 
 _NAMES: Final[dict[type[exp.Expression], str]] = {
     exp.Mod: "the % operator", exp.IntDiv: "the // operator", exp.DPipe: "the || operator",
     exp.NullSafeEQ: "IS NOT DISTINCT FROM / <=>", exp.NullSafeNEQ: "IS DISTINCT FROM",
-    exp.Case: "CASE", exp.If: "IF", exp.Subquery: "a subquery", exp.Select: "SELECT",
+    exp.Subquery: "a subquery", exp.Select: "SELECT",
     exp.Star: "*", exp.Placeholder: "a parameter placeholder", exp.Interval: "INTERVAL",
     exp.TryCast: "TRY_CAST", exp.SimilarTo: "SIMILAR TO", exp.Glob: "GLOB",
     exp.RegexpLike: "regular expressions", exp.Exists: "EXISTS", exp.Window: "a window",
@@ -364,6 +368,10 @@ class _Translator:
             return self.value(node.this)
         if isinstance(node, exp.Neg):
             return _negate(self.value(node.this))
+        if isinstance(node, exp.Case):
+            return self.case(node)
+        if isinstance(node, exp.If):
+            return self.if_(node)
         everyday = sql_functions.translate(node, self.value)
         if everyday is not None:
             return everyday
@@ -389,6 +397,42 @@ class _Translator:
                 f"a predicate cannot be used as a value: {node.sql()[:60]}"
             )
         raise _unsupported(node)
+
+    def case(self, node: exp.Case) -> Case:
+        """``CASE [x] WHEN ... THEN ... [ELSE ...] END``; the simple form's ``WHEN v``
+        is the condition ``x = v`` (never TRUE for ``WHEN NULL``, as in SQL)."""
+        subject = node.args.get("this")
+        tested = None if subject is None else self.value(subject)
+        whens: list[tuple[Expr, Value]] = []
+        for branch in node.args.get("ifs") or []:
+            if not isinstance(branch, exp.If) or branch.args.get("false") is not None:
+                raise _unsupported(node)
+            if tested is None:
+                condition = self.predicate(branch.this)
+            else:
+                value = self.value(branch.this)
+                null = any(isinstance(v, Literal) and v.value is None for v in (value, tested))
+                condition = FALSE if null else Compare("=", tested, value)
+            whens.append((condition, self.branch(branch.args["true"])))
+        default = node.args.get("default")
+        return Case(tuple(whens), Literal(None) if default is None else self.branch(default))
+
+    def if_(self, node: exp.If) -> Case:
+        """``IF(p, a, b)`` (and ``IIF``) as ``CASE WHEN p THEN a ELSE b END``."""
+        otherwise = node.args.get("false")
+        return Case(((self.predicate(node.this), self.branch(node.args["true"])),),
+                    Literal(None) if otherwise is None else self.branch(otherwise))
+
+    def branch(self, node: exp.Expression) -> Value:
+        """A CASE branch's value; a predicate there (``THEN a > 1``) is the boolean
+        it evaluates to: TRUE, FALSE, or NULL where it is neither."""
+        while isinstance(node, exp.Paren):
+            node = node.this
+        if not isinstance(node, exp.Predicate | exp.Connector | exp.Not) \
+                or isinstance(node, exp.Case | exp.If):
+            return self.value(node)
+        test = self.predicate(node)
+        return Case(((test, Literal(True)), (Not(test), Literal(False))))
 
     def subscript(self, node: exp.Bracket) -> Value:
         """``value[key]`` with a literal key.  sqlglot's DuckDB dialect counts list

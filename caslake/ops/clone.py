@@ -15,7 +15,16 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 
-from caslake.core import MetadataIO, RoutingStore, Snapshot, create_record, external_uris, route
+from caslake.core import (
+    MetadataIO,
+    RoutingStore,
+    Snapshot,
+    create_record,
+    external_uris,
+    progress_advance,
+    progress_total,
+    route,
+)
 from caslake.errors import (
     InvalidArgument,
     NotFound,
@@ -126,7 +135,9 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
         format_version=fv, external=external, partitioning=m.partitioning)
     key = manifest_key(0, new_token())
     target_io = MetadataIO(target)
+    progress_total(len(owners) + 2)  # the manifest, a hold per owner, the pointer
     create_record(target_io.store, key, manifest.to_bytes(), what="clone manifest")
+    progress_advance()
     # 2. Holds, create-only, under each owner: from here on no owner's gc deletes
     #    what the clone references.
     for alias, (uri, table_id, target_ref) in owners.items():
@@ -135,12 +146,14 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
         hold = Hold(clone_id, target.uri, table_id, target_ref,
                     branch if alias == "s0" and tag is None else MAIN, now)
         create_record(owner_io.store, hold.key, hold.to_bytes(), what=f"hold on {uri}")
+        progress_advance()
     # 3. The pointer: the clone exists.
     pointer = Pointer(clone_id, 0, key, commit_id, format_version=fv)
     if not create_record(target_io.store, POINTER_KEY, pointer.to_bytes(),
                               what="clone pointer"):
         _release(external, storage_options, clone_id)
         raise TableAlreadyExists(f"a table already exists at {target.uri}")
+    progress_advance()
     return Snapshot(manifest, key)
 
 

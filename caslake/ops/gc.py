@@ -51,7 +51,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from caslake.core import Changes, MetadataIO, Snapshot, TableContext, run_operation
+from caslake.core import (
+    Changes,
+    MetadataIO,
+    Snapshot,
+    TableContext,
+    progress_advance,
+    progress_total,
+    run_operation,
+)
 from caslake.errors import InvalidArgument, RefNotFound, RetryBudgetExhausted
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TOMBSTONE_PREFIX
 from caslake.format.manifest import SegmentRef
@@ -394,4 +402,6 @@ def _delete_all(ctx: TableContext, keys: Iterable[str]) -> None:
     if not keys:
         return
     with ThreadPoolExecutor(max_workers=min(16, len(keys))) as pool:
-        list(pool.map(ctx.store.delete, keys))
+        progress_total(len(keys))
+        for _ in pool.map(ctx.store.delete, keys):
+            progress_advance()

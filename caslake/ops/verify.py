@@ -34,7 +34,6 @@ Never writes.  Problems are collected, not raised, so one run reports them all.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,9 +41,17 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
-from caslake.core import MetadataIO, RoutingStore, Snapshot, TombstoneCache, load_masks, read_footer
+from caslake.core import (
+    MetadataIO,
+    RoutingStore,
+    Snapshot,
+    TombstoneCache,
+    load_masks,
+    progress_advance,
+    progress_task,
+    read_footer,
+)
 from caslake.errors import CaslakeError, NotFound, RefNotFound
 from caslake.format.manifest import DataFile, TombstoneRef
 from caslake.format.parquet import VERIFY_PAGE_CHECKSUMS
@@ -131,7 +138,7 @@ def _check_object(store: ObjectStore, key: str, size: int, etag: str
 def verify_table(store: ObjectStore, *, deep: bool = False, all_versions: bool = False,
                  progress: bool = False, storage_options: StorageOptions | None = None
                  ) -> VerifyReport:
-    """``progress``: show a progress bar (stderr) while pages are checked.
+    """``progress``: show progress bars (stderr) while objects and pages are checked.
     ``storage_options``: for opening the tables a clone references."""
     report = VerifyReport(store.uri, scope="all versions" if all_versions else "current version")
     try:
@@ -159,13 +166,16 @@ def verify_table(store: ObjectStore, *, deep: bool = False, all_versions: bool =
             check.problems.extend(checked[snap.key])
             mine.update(_object_keys(io, snap))
     first_object_problem = len(report.problems)
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        checks = [(f.path, f.size, f.etag) for f in seen_files.values()]
-        checks += [(t.path, t.size, t.etag) for t in seen_tombs.values()]
+    checks = [(f.path, f.size, f.etag) for f in seen_files.values()]
+    checks += [(t.path, t.size, t.etag) for t in seen_tombs.values()]
+    with ThreadPoolExecutor(max_workers=16) as pool, \
+            progress_task("checking objects", total=len(checks), unit="object",
+                          enabled=progress):
         for problem, etag_differs in pool.map(lambda c: _check_object(store, *c), checks):
             if problem is not None:
                 report.problems.append(problem)
             report.etags_differ += etag_differs
+            progress_advance()
     report.data_files_checked = len(seen_files)
     report.tombstones_checked = len(seen_tombs)
     if deep:
@@ -283,18 +293,11 @@ def _check_footers(store: ObjectStore, files: list[DataFile], report: VerifyRepo
                 report.problems.append(problem)
 
 
-class _Bar(tqdm):  # type: ignore[misc]
-    """A progress bar without tqdm's monitor thread (a daemon thread that would
-    outlive the command and run while the interpreter shuts down)."""
-
-    monitor_interval = 0
-
-
 def _check_pages(store: ObjectStore, files: list[DataFile], report: VerifyReport,
                  progress: bool) -> None:
     """Read every page of every file with CRC verification on, a row group at a time."""
-    with _Bar(total=sum(f.size for f in files), unit="B", unit_scale=True,
-              desc="checking pages", disable=not progress, file=sys.stderr) as bar:
+    with progress_task("checking pages", total=sum(f.size for f in files), unit="B",
+                       unit_scale=True, enabled=progress):
         for f in files:
             try:
                 chunks = _check_file_pages(store, f)
@@ -306,7 +309,7 @@ def _check_pages(store: ObjectStore, files: list[DataFile], report: VerifyReport
             else:
                 report.column_chunks_checked += chunks
                 report.bytes_checked += f.size
-            bar.update(f.size)
+            progress_advance(f.size)
 
 
 def _check_file_pages(store: ObjectStore, f: DataFile) -> int:

@@ -78,7 +78,12 @@ def register(spark: SparkSession) -> None:
     PySpark 4.3 refuses the other save modes (``errorifexists``, its default,
     ``error`` and ``ignore``) for Python data sources before caslake runs; use
     ``caslake.spark.save(df, uri, mode="errorifexists")`` for those (any of the
-    five modes, with Spark's meaning, and caslake errors raised as themselves)."""
+    five modes, with Spark's meaning, and caslake errors raised as themselves).
+
+    Examples:
+        >>> caslake.spark.register(spark)  # doctest: +SKIP
+        >>> spark.read.format('caslake').load('/data/events').show()  # doctest: +SKIP
+    """
     try:
         context = spark.sparkContext
         python_exec, master = str(context.pythonExec), str(context.master)
@@ -92,7 +97,11 @@ def check_worker_python(python_exec: str, master: str) -> None:
     """In local mode, refuse a session whose Python workers (``python_exec``: its
     ``PYSPARK_PYTHON``, default ``python3``) cannot import caslake, saying what to set.
     Without this every read fails inside a task with "No module named 'caslake'".
-    A cluster's workers are the cluster's business: not checked."""
+    A cluster's workers are the cluster's business: not checked.
+
+    Examples:
+        >>> check_worker_python(sys.executable, 'local[2]')  # doctest: +SKIP
+    """
     if not master.startswith("local") or not python_exec:
         return
     exe = shutil.which(python_exec) or python_exec

@@ -76,7 +76,11 @@ def write_dataset(df: DataFrame, uri_or_store: str | ObjectStore, dataset_key: s
                   metadata: dict[str, str] | None = None) -> Any:
     """Write ``df`` as one dataset with exactly one commit; return its DatasetManifest.
     Raises DatasetAlreadyExists (before any task runs) or DatasetConflict like
-    :meth:`ParquetDatasetStore.write_dataset`."""
+    :meth:`ParquetDatasetStore.write_dataset`.
+
+    Examples:
+        >>> caslake.spark.write_dataset(df, '/data/lake', 'events')  # doctest: +SKIP
+    """
     uri, opts = _location(uri_or_store, storage_options)
     pds = ParquetDatasetStore(open_store(uri, opts or None), compression=compression,
                               row_group_size=row_group_size,
@@ -146,7 +150,11 @@ def read_dataset(spark: SparkSession, uri_or_store: str | ObjectStore, dataset_k
                  storage_options: StorageOptions | None = None,
                  verify: bool = True) -> DataFrame:
     """The dataset as a DataFrame, one Spark partition per part.  ``filter`` (SQL text)
-    prunes row groups in the tasks and keeps exactly the matching rows."""
+    prunes row groups in the tasks and keeps exactly the matching rows.
+
+    Examples:
+        >>> df = caslake.spark.read_dataset(spark, '/data/lake', 'events')  # doctest: +SKIP
+    """
     uri, opts = _location(uri_or_store, storage_options)
     pds = ParquetDatasetStore(open_store(uri, opts or None))
     plan, _bound = pds.plan_read(dataset_key, columns, filter=filter, verify=verify)

@@ -252,7 +252,11 @@ def delete(spark: SparkSession, uri: str, where: str | Expr, *,
     ``Table.delete`` takes), with Spark tasks computing the matching row positions.
 
     One tombstone and one commit, exactly as ``Table.delete``; a delete that
-    matches nothing creates no version.  ``read_version``: see ``Table.delete``."""
+    matches nothing creates no version.  ``read_version``: see ``Table.delete``.
+
+    Examples:
+        >>> caslake.spark.delete(spark, '/data/events', "city = 'Lima'")  # doctest: +SKIP
+    """
     where = check_where(where)
     table = open_table(uri, storage_options=storage_options)
     tx = Transaction(table.context, read_version=read_version,
@@ -280,7 +284,11 @@ def upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | st
            broadcast_keys_limit: int = BROADCAST_KEYS_LIMIT,
            txn: tuple[str, int] | None = None) -> CommitResult:
     """:func:`upsert_once` with ``txn`` (a ``foreachBatch``'s ``(app id, batch id)``),
-    else one upsert commit; see :func:`upsert_once`."""
+    else one upsert commit; see :func:`upsert_once`.
+
+    Examples:
+        >>> caslake.spark.upsert(spark, '/data/events', updates_df, key='id')  # doctest: +SKIP
+    """
     if txn is not None:
         return upsert_once(spark, uri, df, key, txn, storage_options=storage_options,
                            broadcast_keys_limit=broadcast_keys_limit)

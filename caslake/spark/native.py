@@ -87,7 +87,11 @@ def read_native(spark: SparkSession, uri: str, *, version: int | None = None,
     ``columns`` narrows and orders the columns (a dotted path projects a nested
     field, as the data source's option ``columns``).  Equal to
     ``spark.read.format("caslake")`` with the same options, without filter
-    pushdown into caslake (Spark's own Parquet filter pushdown applies)."""
+    pushdown into caslake (Spark's own Parquet filter pushdown applies).
+
+    Examples:
+        >>> df = caslake.spark.read_native(spark, '/data/events', version=3)  # doctest: +SKIP
+    """
     table = open_table(uri, storage_options=storage_options)
     scan = table.scan(columns=list(columns) if columns is not None else None,
                       version=version, as_of=timestamp)  # pins the snapshot; checks columns

@@ -137,7 +137,12 @@ class ReadOptions:
 
 @dataclass
 class CaslakePartition(InputPartition):
-    """Row groups of one or more planned data files of the pinned snapshot (picklable)."""
+    """Row groups of one or more planned data files of the pinned snapshot (picklable).
+
+    Examples:
+        >>> df = spark.read.format('caslake').load('/data/events')  # doctest: +SKIP
+        >>> df.rdd.getNumPartitions()  # one CaslakePartition per task  # doctest: +SKIP
+    """
 
     uri: str
     storage_options: StorageOptions

@@ -67,7 +67,11 @@ def save(df: DataFrame, uri: str, mode: str = "errorifexists", *,
     """Write ``df`` to the table at ``uri`` with Spark's save ``mode`` semantics.
     ``options`` go to the writer (e.g. ``txnAppId`` / ``txnVersion``).
     ``partitionOverwriteMode="dynamic"`` with ``mode="overwrite"``: replace only the
-    partitions ``df`` has rows in (see the module docstring)."""
+    partitions ``df`` has rows in (see the module docstring).
+
+    Examples:
+        >>> caslake.spark.save(df, '/data/events', mode='append')  # doctest: +SKIP
+    """
     mode = mode.lower() if isinstance(mode, str) else mode
     if mode not in MODES:
         raise InvalidArgument(f"mode must be one of {', '.join(MODES)}, not {mode!r}")

@@ -106,7 +106,12 @@ SOURCE_NAME = "caslake"
 
 
 class CaslakeReader(DataSourceReader):
-    """Plans a read of one pinned snapshot; see the module docstring."""
+    """Plans a read of one pinned snapshot; see the module docstring.
+
+    Examples:
+        >>> df = spark.read.format('caslake').load('/data/events')  # doctest: +SKIP
+        >>> df.where('id > 5').count()  # doctest: +SKIP
+    """
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
@@ -161,7 +166,12 @@ class CaslakeReader(DataSourceReader):
 
 
 class CaslakeDataSource(DataSource):
-    """``format("caslake")``: transactional caslake tables as a Spark source and sink."""
+    """``format("caslake")``: transactional caslake tables as a Spark source and sink.
+
+    Examples:
+        >>> caslake.spark.register(spark)  # doctest: +SKIP
+        >>> spark.read.format('caslake').load('/data/events').count()  # doctest: +SKIP
+    """
 
     @classmethod
     def name(cls) -> str:

@@ -89,7 +89,12 @@ def stream_app_id(options: Mapping[str, str]) -> str:
 class CaslakeStreamWriter(DataSourceStreamArrowWriter):
     """One streaming query's sink: every micro-batch is one commit tagged with the txn
     ``(app_id, batch id)``.  Spark builds a fresh writer for each commit and abort,
-    so all the state a batch needs is in its commit messages."""
+    so all the state a batch needs is in its commit messages.
+
+    Examples:
+        >>> (stream_df.writeStream.format('caslake')  # doctest: +SKIP
+        ...     .option('checkpointLocation', '/tmp/ck').start('/data/events'))
+    """
 
     def __init__(self, uri: str, storage_options: StorageOptions, schema: StructType,
                  overwrite: bool, app_id: str) -> None:

@@ -109,7 +109,13 @@ def _spark_arrow_type(f: StructField) -> pa.DataType:
 @dataclass
 class CaslakeCommitMessage(WriterCommitMessage):
     """What one write task uploaded: ``DataFile.to_json()`` entries and the table
-    schema (``TableSchema.to_json()``) they were written with.  Plain, picklable."""
+    schema (``TableSchema.to_json()``) they were written with.  Plain, picklable.
+
+    Examples:
+        >>> msg = CaslakeCommitMessage(job_id='j1', rows=0)  # what a task sends its driver
+        >>> msg.rows
+        0
+    """
 
     job_id: str
     files: list[dict[str, Any]] = field(default_factory=list)
@@ -233,7 +239,11 @@ class CaslakeWriter(DataSourceArrowWriter):
     """One Spark batch write job: tasks upload data files, the driver commits them once.
 
     ``commit`` and ``abort`` open their store through :meth:`open_store`, the one
-    place to wrap it (e.g. in a FaultyStore for fault-injection tests)."""
+    place to wrap it (e.g. in a FaultyStore for fault-injection tests).
+
+    Examples:
+        >>> df.write.format('caslake').mode('append').save('/data/events')  # doctest: +SKIP
+    """
 
     def __init__(self, uri: str, storage_options: StorageOptions, schema: StructType,
                  overwrite: bool, txn: tuple[str, int] | None = None,

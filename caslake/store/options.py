@@ -22,6 +22,11 @@ class StorageOptions(TypedDict, total=False):
 
     Values may also be given as strings (as Spark options always are):
     booleans as ``true``/``false``/``1``/``0``/``yes``/``no``, numbers as text.
+
+    Examples:
+        >>> import caslake
+        >>> opts = caslake.StorageOptions(endpoint_url='http://127.0.0.1:9000', region='us-east-1')
+        >>> t = caslake.open_table('s3://bucket/events', storage_options=opts)  # doctest: +SKIP
     """
 
     #: S3 endpoint (``http(s)://host:port``), for MinIO, R2, moto...

@@ -219,7 +219,7 @@ _POSITION = re.compile(r"malformed where at position (\d+)")
         ("a ! 5", PredicateSyntaxError, "position 3"),
         ("a // 2 = 1", UnsupportedExpression, "the // operator"),
         ("a IS NOT DISTINCT FROM b", UnsupportedExpression, "DISTINCT"),
-        ("CASE WHEN a THEN 1 END = 1", UnsupportedExpression, "CASE"),
+        ("a GLOB 'x*'", UnsupportedExpression, "GLOB"),
         ("a IN (SELECT 1)", UnsupportedExpression, "subquery"),
         ("SELECT 1", UnsupportedExpression, "SELECT"),
         ("a = ?", UnsupportedExpression, "placeholder"),

@@ -34,11 +34,21 @@ class ArrowExport:
         return reader.__arrow_c_stream__(requested_schema)
 
     def to_pandas(self, **kwargs: Any) -> Any:
-        """A pandas DataFrame (``kwargs`` go to ``pyarrow.Table.to_pandas``)."""
+        """A pandas DataFrame (``kwargs`` go to ``pyarrow.Table.to_pandas``).
+
+        Examples:
+            >>> t.to_pandas()['city'].tolist()  # doctest: +SKIP
+            ['Oslo', 'Lima', 'Pune']
+        """
         return self._export_reader().read_all().to_pandas(**kwargs)
 
     def to_polars(self) -> Any:
-        """A Polars DataFrame; OptionalDependencyMissing if Polars is not installed."""
+        """A Polars DataFrame; OptionalDependencyMissing if Polars is not installed.
+
+        Examples:
+            >>> t.to_polars().height  # doctest: +SKIP
+            3
+        """
         try:
             import polars
         except ImportError:
