@@ -252,7 +252,7 @@ def _draw_versions(h: Health) -> Callable[[Any], None]:
 def _time_format() -> Any:
     from matplotlib.dates import DateFormatter
 
-    return DateFormatter("%H:%M:%S")
+    return DateFormatter("%H:%M:%S")  # type: ignore[no-untyped-call]  # matplotlib: untyped
 
 
 def _span(times: Sequence[datetime]) -> str:
