@@ -381,7 +381,14 @@ class Table(ArrowExport):
         from ds where ...")`` and ``pl.scan_pyarrow_dataset(ds)`` push their
         projection and filter into caslake's scan (files and row groups pruned,
         deleted rows dropped); a filter caslake cannot translate is applied by
-        pyarrow after the read (see :mod:`caslake.core.read.pyarrow_dataset`)."""
+        pyarrow after the read (see :mod:`caslake.core.read.pyarrow_dataset`).
+
+        Examples:
+            >>> import pyarrow.dataset as pads
+            >>> ds = t.to_pyarrow_dataset()
+            >>> ds.to_table(filter=pads.field('city') == 'Lima').num_rows
+            1
+        """
         snap = self._resolve_ref(version, as_of, ref, tag)
         io, footers, tombstones = self.io, self.footers, self.tombstones
 
@@ -393,7 +400,12 @@ class Table(ArrowExport):
 
     def head(self, n: int = 5, **kwargs: Any) -> pa.Table:
         """The first ``n`` rows of ``scan(**kwargs)`` (columns, where, version...), read
-        row group by row group and no further (:meth:`Scan.limit`)."""
+        row group by row group and no further (:meth:`Scan.limit`).
+
+        Examples:
+            >>> t.head(2, columns=['id']).num_rows
+            2
+        """
         return self.scan(**kwargs).limit(n).to_arrow()
 
     def _export_reader(self) -> pa.RecordBatchReader:

@@ -517,7 +517,12 @@ def update(spark: SparkSession, uri: str, set: Mapping[str, object],
     new rows appended, one commit, the same rebase rules and ``read_version``), with
     Spark tasks reading the matching rows, computing their new values and writing
     them (files split by the table's partition spec).  The driver prunes with the
-    core planner and checks the values' types before any task runs."""
+    core planner and checks the values' types before any task runs.
+
+    Examples:
+        >>> caslake.spark.update(spark, '/data/orders', set={'status': "'closed'"},
+        ...                      where='amount < 0')  # doctest: +SKIP
+    """
     table = open_table(uri, storage_options=storage_options)
     ctx = table.context
     arrow = ctx.snapshot.manifest.schema.to_arrow()
@@ -731,7 +736,13 @@ class SparkMergeBuilder(MergeBuilder):
 def merge(spark: SparkSession, uri: str, df: DataFrame, on: Sequence[str] | str, *,
           storage_options: StorageOptions | None = None) -> SparkMergeBuilder:
     """``Table.merge(df, on=...)`` with Spark doing the work: add the same
-    ``when_...`` clauses, then ``.execute()`` (one commit)."""
+    ``when_...`` clauses, then ``.execute()`` (one commit).
+
+    Examples:
+        >>> (caslake.spark.merge(spark, '/data/orders', updates_df, on=['id'])
+        ...  .when_matched_update_all().when_not_matched_insert_all()
+        ...  .execute())  # doctest: +SKIP
+    """
     return SparkMergeBuilder(spark, uri, df, on, storage_options)
 
 
