@@ -64,7 +64,7 @@ from caslake.expr import Expr
 from caslake.format import BASE_FORMAT_VERSION, PARTITION_FORMAT_VERSION, TYPES_FORMAT_VERSION
 from caslake.format.keys import POINTER_KEY, manifest_key, new_token
 from caslake.format.manifest import Manifest, Pointer, format_ts
-from caslake.format.properties import retention_policy
+from caslake.format.properties import clustering_policy, retention_policy
 from caslake.format.refs import BRANCH_PREFIX, MAIN, branch_key, name_from_key, validate_ref_name
 from caslake.format.schema import TableSchema
 from caslake.ops import refs
@@ -444,7 +444,12 @@ class Table(ArrowExport):
                 isinstance(k, str) and k and isinstance(v, str) for k, v in updates.items()):
             raise InvalidArgument("set_properties needs a non-empty dict of non-empty string "
                                   f"keys to string values, not {updates!r}")
-        retention_policy(updates)  # a bad retention.* value commits nothing
+        # A bad value of a property caslake reads commits nothing.
+        from caslake.export.delta import checkpoint_interval
+
+        retention_policy(updates)
+        clustering_policy(updates)
+        checkpoint_interval(updates)
         ctx = self.context
         started = ctx.meter()
         changes = Changes("set_properties", properties=dict(updates),
