@@ -34,6 +34,7 @@ from caslake.core.conflicts import (
 )
 from caslake.core.footers import FooterCache, read_footer
 from caslake.core.group import INTENT_PREFIX, GroupWrite, IntentSkipped
+from caslake.core.group import deadline_of as intent_deadline
 from caslake.core.history import COMPACT, HistoryEntry, complete_summary
 from caslake.core.metadata_io import MetadataIO, Snapshot
 from caslake.core.pointer import (
@@ -124,6 +125,7 @@ __all__ = [
     "create_record",
     "external_uris",
     "find_commit",
+    "intent_deadline",
     "key_at",
     "key_scan_where",
     "live_file_list",

@@ -52,10 +52,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from caslake.core import (
+    INTENT_PREFIX,
     Changes,
     MetadataIO,
     Snapshot,
     TableContext,
+    intent_deadline,
     progress_advance,
     progress_total,
     run_operation,
@@ -240,6 +242,14 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
     report = GcReport(dry_run=dry_run, cutoff=cutoff, head_version=head.version,
                       oldest_version=oldest, retained_versions=n_kept,
                       kept_too_young=len(young) + len(young_staged))
+    # Group-commit intents whose deadline every branch head has passed are settled
+    # (applied, or never will be: docs/protocol.md, "Group commit"); none that may
+    # still be folded is touched.
+    settled_at = min(h.manifest.created_at_ms for _, h, _ in branches)
+    settled = [m for m in ctx.store.list(INTENT_PREFIX)
+               if (d := intent_deadline(m.key)) is not None and d <= settled_at]
+    doomed = [*doomed, *settled]
+    prefixes = [*prefixes, INTENT_PREFIX]
     for meta in doomed:
         prefix = next(p for p in prefixes if meta.key.startswith(p))
         report.deleted.setdefault(prefix.rstrip("/"), []).append(meta.key)

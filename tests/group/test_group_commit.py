@@ -150,3 +150,28 @@ def test_history_json_shows_how_many_intents_each_version_applied(tmp_path: Path
     assert {r.commit_id for r, _ in results} <= held | plain
     assert sum(e["intents_applied"] or (e["operation"] == "append") for e in entries) == 48
     assert all(e["intents_applied"] == len(e["intent_commit_ids"]) for e in entries)
+
+
+def test_gc_removes_settled_intents_and_keeps_live_ones(tmp_path: Path) -> None:
+    """An intent whose deadline the head has passed is settled (applied or never
+    will be) and gc deletes it; one that may still be folded stays."""
+    from datetime import timedelta
+
+    from caslake.core.group import GroupWrite, new_intent, publish
+
+    uri = str(tmp_path / "t")
+    t = caslake.create_table(uri, SCHEMA)
+    t.append(pa.table({"id": [1], "writer": [0]}, schema=SCHEMA))
+    write = GroupWrite("append", (), t.snapshot.manifest.schema, None)
+    now = t.snapshot.manifest.created_at_ms
+    old = new_intent(t.context.pointer_key, write, commit_id="c-old",
+                     table_id=t.snapshot.manifest.table_id, now_ms=now - 60_000, ttl_ms=1_000)
+    live = new_intent(t.context.pointer_key, write, commit_id="c-live",
+                      table_id=t.snapshot.manifest.table_id, now_ms=now, ttl_ms=3_600_000)
+    assert publish(t.io, old) and publish(t.io, live)
+    t.append(pa.table({"id": [2], "writer": [0]}, schema=SCHEMA))  # head passes old's deadline
+    report = t.gc(retention=timedelta(hours=24), dry_run=True)
+    assert report.deleted.get("_intents") == [old.key]
+    t.gc(retention=timedelta(hours=24))
+    assert [m.key for m in t.store.list(INTENT_PREFIX)] == [live.key]
+    assert sorted(t.scan().to_arrow()["id"].to_pylist()) == [1, 2]
