@@ -228,7 +228,12 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
                                 now_ms, on_attempt, commit_id, attempt, unsettled,
                                 since=joined.since if joined else None)
             except CommitOutcomeUnknown:
-                raise
+                if joined is None:
+                    raise
+                # On the group path the deadline settles the commit (_leave_group): an
+                # unknown here would name a version that later folds may pass.
+                _group_pause(policy, joined)
+                continue
             except Exception as err:  # not BaseException: a SimulatedCrash is a dead process
                 if isinstance(err, CommitConflict) and not err.attempts:
                     err.attempts = attempt  # a requirement failed on this attempt's base
@@ -351,7 +356,8 @@ def _leave_group(io: MetadataIO, key: str, joined: _Joined, commit_id: str,
         if now < deadline:
             time.sleep(min(0.05, (deadline - now) / 1000))
             continue
-        with contextlib.suppress(CommitConflict, StoreError):
+        # The marker's own outcome does not matter: the loop reads the pointer again.
+        with contextlib.suppress(CommitConflict, CommitOutcomeUnknown, StoreError):
             _attempt(io, key, partial(_expiry_marker, joined.intent), (), policy, now_ms,
                      None, new_token(), attempt, set())
         attempt += 1

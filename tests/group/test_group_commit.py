@@ -175,3 +175,48 @@ def test_gc_removes_settled_intents_and_keeps_live_ones(tmp_path: Path) -> None:
     t.gc(retention=timedelta(hours=24))
     assert [m.key for m in t.store.list(INTENT_PREFIX)] == [live.key]
     assert sorted(t.scan().to_arrow()["id"].to_pylist()) == [1, 2]
+
+
+def _lose_every_race(uri: str, rival_ids: list[int]) -> object:
+    """An ``on_attempt`` hook: before each of our pointer writes, a rival (group
+    commit off, so it folds nobody) commits first."""
+    rival = caslake.open_table(uri)
+
+    def hook(stage: str, attempt: int) -> None:
+        if stage == "manifest-written":
+            i = 1_000_000 + len(rival_ids)
+            rival_ids.append(i)
+            rival.append(pa.table({"id": [i], "writer": [99]}, schema=SCHEMA))
+
+    return hook
+
+
+def test_an_intent_nobody_folds_by_its_deadline_never_lands(tmp_path: Path) -> None:
+    """The deadline rule: our folds keep losing and nobody else folds us, so at the
+    deadline the commit fails with a definite RetryBudgetExhausted, its rows are in
+    no version, and a later fold does not pick the expired intent up."""
+    from caslake.core import as_reader, write_prepare, write_requirements
+    from caslake.core.commit import commit_with_retry
+    from caslake.core.group import GroupWrite
+    from caslake.errors import RetryBudgetExhausted
+    from caslake.ops.write import write_data_files
+
+    uri = str(tmp_path / "t")
+    t = caslake.create_table(uri, SCHEMA)
+    schema = t.snapshot.manifest.schema
+    mine = pa.table({"id": [7, 8], "writer": [1, 1]}, schema=SCHEMA)
+    files = write_data_files(t.store, as_reader(mine, SCHEMA), schema, t.write_options)
+    rivals: list[int] = []
+    policy = CommitPolicy(group_commit=True, max_attempts=3, intent_ttl_ms=2_600,
+                          group_poll_s=0.01)
+    with pytest.raises(RetryBudgetExhausted, match="deadline"):
+        commit_with_retry(t.io, write_prepare("append", files, remove_all=False),
+                          requirements=write_requirements("append", schema), policy=policy,
+                          on_attempt=_lose_every_race(uri, rivals),
+                          group=GroupWrite("append", tuple(files), schema, None))
+    assert rivals  # we did lose races
+    # later group folds by others do not apply the expired intent
+    _race(uri, writers=3, per_writer=3, policy=GROUP)
+    ids = caslake.open_table(uri).scan().to_arrow()["id"].to_pylist()
+    assert 7 not in ids and 8 not in ids
+    assert set(rivals) <= set(ids)
