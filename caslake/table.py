@@ -64,7 +64,7 @@ from caslake.expr import Expr
 from caslake.format import BASE_FORMAT_VERSION, PARTITION_FORMAT_VERSION, TYPES_FORMAT_VERSION
 from caslake.format.keys import POINTER_KEY, manifest_key, new_token
 from caslake.format.manifest import Manifest, Pointer, format_ts
-from caslake.format.properties import clustering_policy, retention_policy
+from caslake.format.properties import clustering_policy, group_commit, retention_policy
 from caslake.format.refs import BRANCH_PREFIX, MAIN, branch_key, name_from_key, validate_ref_name
 from caslake.format.schema import TableSchema
 from caslake.ops import refs
@@ -449,6 +449,7 @@ class Table(ArrowExport):
 
         retention_policy(updates)
         clustering_policy(updates)
+        group_commit(updates)
         checkpoint_interval(updates)
         ctx = self.context
         started = ctx.meter()
@@ -554,7 +555,7 @@ class Table(ArrowExport):
                                 params=params)
         # A plain append does not depend on the base: it may join a group commit.
         group = (GroupWrite(operation, tuple(files), schema, None)
-                 if not remove_all and txn is None and merged is None and not params else None)
+                 if not remove_all and txn is None and merged is None else None)
         return run_operation(
             ctx, operation, lambda base: with_schema(prepare(base), merged), group=group,
             # A merge-mode append changes the schema itself: even a concurrent

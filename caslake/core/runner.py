@@ -34,6 +34,7 @@ from caslake.core.requirements import UploadsNotCollected
 from caslake.core.write_options import WriteOptions
 from caslake.errors import CaslakeError
 from caslake.format.keys import POINTER_KEY
+from caslake.format.properties import group_commit
 from caslake.store.base import ObjectStore
 
 
@@ -180,11 +181,15 @@ def run_operation(ctx: TableContext, operation: str,
     ``intents_applied`` how many commits the version held."""
     at = started.get(STARTED_AT_MS)
     guard = UploadsNotCollected(at, operation) if at is not None else None
-    if group is not None and at is not None:
-        group = replace(group, started_at_ms=at)
+    policy = ctx.commit_policy
+    if group is not None:
+        if at is not None:
+            group = replace(group, started_at_ms=at)
+        if not policy.group_commit and group_commit(ctx.snapshot.manifest.properties):
+            policy = replace(policy, group_commit=True)  # the table asks every writer
     outcome = commit_with_retry(ctx.io, _guarded(prepare, ctx.io, guard),
                                 requirements=requirements,
-                                policy=ctx.commit_policy, now_ms=ctx.now_ms,
+                                policy=policy, now_ms=ctx.now_ms,
                                 commit_id=commit_id, pointer_key=ctx.pointer_key,
                                 group=group)
     ctx._set_snapshot(outcome.snapshot)

@@ -1,8 +1,8 @@
 """Table properties caslake itself interprets, and their one parser.
 
 Owns the names and value syntax of ``retention.keep_last_versions``,
-``retention.max_age`` and ``clustering.columns`` (docs/format.md, "Table
-properties" and "Clustering").  Pure: no I/O.
+``retention.max_age``, ``clustering.columns`` and ``commit.group``
+(docs/format.md, "Table properties" and "Clustering").  Pure: no I/O.
 Every other property is opaque to caslake and passes through unchanged.
 """
 
@@ -18,6 +18,7 @@ from caslake.errors import InvalidArgument
 KEEP_LAST_VERSIONS = "retention.keep_last_versions"
 MAX_AGE = "retention.max_age"
 CLUSTERING_COLUMNS = "clustering.columns"
+GROUP_COMMIT = "commit.group"
 SORT, ZORDER = "sort", "zorder"
 MAX_CLUSTERING_COLUMNS = 8  # z-order gives each column 64 / n bits of its key
 
@@ -104,3 +105,17 @@ def clustering_policy(properties: Mapping[str, str]) -> Clustering | None:
         return Clustering(m.group(1).lower(), columns)
     except InvalidArgument as e:
         raise InvalidArgument(f"property {CLUSTERING_COLUMNS!r}: {e}") from None
+
+
+def group_commit(properties: Mapping[str, str]) -> bool:
+    """The table property ``commit.group``: ``"true"`` makes every writer's plain
+    appends join group commits (docs/protocol.md, "Group commit"); ``"false"`` or
+    absent: only writers whose ``CommitPolicy`` asks for it."""
+    raw = properties.get(GROUP_COMMIT)
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidArgument(f"property {GROUP_COMMIT!r} must be 'true' or 'false', "
+                              f"not {raw!r}")
+    return value == "true"

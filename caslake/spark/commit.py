@@ -35,6 +35,7 @@ from caslake.core import (
     STARTED_AT_MS,
     Changes,
     CommitResult,
+    GroupWrite,
     MetadataIO,
     Snapshot,
     TableContext,
@@ -198,8 +199,11 @@ def commit_files(store: ObjectStore, *, uri: str, storage_options: StorageOption
         # The runner refuses the commit if gc collected uploads made after the first
         # task began (only when it adds files, as the requirement did here before).
         started = {} if started_at_ms is None else {STARTED_AT_MS: started_at_ms}
+        # A plain append may join a group commit (the table's commit.group property).
+        group = (GroupWrite(operation, tuple(files), schema, None)
+                 if not overwrite and txn is None else None)
         result = run_operation(ctx, operation, prepare, requirements=requirements,
-                               started=started, commit_id=commit_id)
+                               started=started, commit_id=commit_id, group=group)
     except CommitOutcomeUnknown as e:
         _record(commit_id, OpenCommit(after, e.version))
         raise

@@ -16,7 +16,7 @@ import pytest
 import caslake
 from caslake.core import CommitPolicy
 from caslake.core.group import INTENT_PREFIX, IntentSkipped, parse_intent
-from caslake.errors import CorruptMetadata
+from caslake.errors import CorruptMetadata, InvalidArgument
 from caslake.ops.verify import verify_table
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False),
@@ -220,3 +220,18 @@ def test_an_intent_nobody_folds_by_its_deadline_never_lands(tmp_path: Path) -> N
     ids = caslake.open_table(uri).scan().to_arrow()["id"].to_pylist()
     assert 7 not in ids and 8 not in ids
     assert set(rivals) <= set(ids)
+
+
+def test_the_commit_group_property_turns_it_on_for_every_writer(tmp_path: Path) -> None:
+    """``commit.group = true`` on the table: writers with the default policy (as the
+    CLI, Spark's driver and a plain ``open_table`` have) fold too."""
+    uri = str(tmp_path / "t")
+    t = caslake.create_table(uri, SCHEMA)
+    with pytest.raises(InvalidArgument, match="commit.group"):
+        t.set_properties({"commit.group": "yes"})
+    t.set_properties({"commit.group": "true"})
+    results = _race(uri, writers=6, per_writer=10, policy=CommitPolicy())
+    t = caslake.open_table(uri)
+    assert t.version - 1 < len(results) == 60  # one version was set_properties
+    got = sorted(t.scan().to_arrow()["id"].to_pylist())
+    assert got == sorted(i for _, sent in results for i in sent)
