@@ -25,7 +25,6 @@ import shutil
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,7 +39,8 @@ from pyspark.sql import functions as F
 
 import caslake
 import caslake.spark
-from caslake.spark.pipeline import GoldStage, SilverStage, aggregate
+from caslake.errors import DemoCheckFailed
+from caslake.spark.pipeline import GoldStage, SilverStage, aggregate, await_query
 
 USERS = 50_000
 ERASED_EVENT = 42  # erase the user who made this event
@@ -88,8 +88,6 @@ def demo_root(path: str | None) -> Path:
 
 
 def spark_session() -> SparkSession:
-    # pyspark 4.3 warns that it is not tested with pandas 3; the demo does not use pandas.
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     spark = (SparkSession.builder.master("local[2]").appName("caslake-demo")
@@ -183,15 +181,14 @@ class Pipeline:
                      .writeStream.format("caslake")
                      .option("checkpointLocation", str(self.root / "checkpoint"))
                      .trigger(availableNow=True).start(self.uri))
-            query.awaitTermination()
-            if query.exception() is not None:
-                raise RuntimeError(f"streaming query failed: {query.exception()}")
+            await_query(query, "the demo's streaming ingest")
             done(rows)
 
     def erase_user(self) -> int:
         row = self.read().filter(F.col("event_id") == ERASED_EVENT).first()
         if row is None:
-            raise RuntimeError(f"event {ERASED_EVENT} is not in the table")
+            raise DemoCheckFailed(f"event {ERASED_EVENT} is not in the table",
+                                  check="ingested events")
         user = self.erased_user = str(row["user_id"])
         before = self.table().version
         found = self.read().filter(F.col("user_id") == user).count()
@@ -203,7 +200,7 @@ class Pipeline:
               f"({res.tombstones_added}), no data file rewritten "
               f"({res.files_removed} removed); version {before} -> {res.version}")
         if left:
-            raise RuntimeError(f"erasure left {left} rows of {user}")
+            raise DemoCheckFailed(f"erasure left {left} rows of {user}", check="erasure")
         return before
 
     def query(self) -> None:
@@ -247,7 +244,8 @@ class Pipeline:
               f"{report.deleted_count} objects ({report.bytes_deleted:,} bytes); rows of "
               f"{user} left in any Parquet file on storage: {found}")
         if found:
-            raise RuntimeError(f"{found} rows of {user} are still on storage")
+            raise DemoCheckFailed(f"{found} rows of {user} are still on storage",
+                                  check="physical erasure")
 
     def report(self) -> None:
         print("\n== history")
@@ -343,7 +341,8 @@ class StreamingPipeline:
         print(f"   batch 0 replayed into silver: version {head} -> "
               f"{self.table('silver').version} (its txn is recorded: nothing applied)")
         if left or in_gold or got != want or self.table("silver").version != head:
-            raise RuntimeError("the streaming pipeline's tables disagree with bronze")
+            raise DemoCheckFailed("the streaming pipeline's tables disagree with bronze",
+                                  check="streaming pipeline")
 
 
 def run(root: Path, rows: int, appends: int, stream_rows: int,

@@ -20,13 +20,16 @@ and its S3 test).
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import dataclass, field
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from caslake.core import txn_applied
+from caslake.errors import StreamingQueryFailed
 from caslake.spark.dml import upsert
 from caslake.store.options import StorageOptions
 from caslake.table import open_table
@@ -67,10 +70,8 @@ class Stage:
 
     def run(self) -> None:
         """Process everything the source has now, then stop."""
-        query = self.start()
-        query.awaitTermination()
-        if query.exception() is not None:
-            raise RuntimeError(f"stage {self.app_id} failed: {query.exception()}")
+        await_query(self.start(), f"pipeline stage {self.app_id} ({self.source} -> "
+                                  f"{self.target})")
 
     def applied(self, batch_id: int) -> bool:
         table = open_table(self.target, storage_options=self.storage_options or None)
@@ -87,6 +88,17 @@ class Stage:
     def _upsert(self, rows: DataFrame, key: str, batch_id: int) -> None:
         upsert(self.spark, self.target, rows, key, storage_options=self.storage_options or None,
                txn=(self.app_id, batch_id))
+
+
+def await_query(query: StreamingQuery, name: str) -> None:
+    """Wait for ``query`` to end; if it failed, raise :class:`StreamingQueryFailed`
+    naming it (``name``) rather than PySpark's ``StreamingQueryException``."""
+    with suppress(StreamingQueryException):  # raised below as caslake's error, named
+        query.awaitTermination()
+    failure = query.exception()
+    if failure is not None:
+        raise StreamingQueryFailed(f"{name} stopped: {failure}", query=name,
+                                   cause=str(failure))
 
 
 def last_changes(batch: DataFrame, key: str) -> DataFrame:
