@@ -118,12 +118,12 @@ class SilverStage(Stage):
             return  # a replay of a batch already applied
         last = last_changes(batch, KEY).cache()
         try:
-            live = last.where(F.col("_change_type").isin("insert", "update_postimage")
-                              & F.col("amount").isNotNull())
-            gone = [r[KEY] for r in last.subtract(live).select(KEY).collect()]
+            keep = F.col("_change_type").isin("insert", "update_postimage") \
+                & F.col("amount").isNotNull()  # never NULL: ~keep is the rest
+            gone = [r[KEY] for r in last.where(~keep).select(KEY).collect()]
             self._delete_keys(KEY, gone)
-            self._upsert(live.drop("_change_type", "_commit_version", "_commit_timestamp"),
-                         KEY, batch_id)
+            self._upsert(last.where(keep).drop("_change_type", "_commit_version",
+                                               "_commit_timestamp"), KEY, batch_id)
         finally:
             last.unpersist()
 
@@ -134,9 +134,11 @@ class GoldStage(Stage):
     def apply(self, batch: DataFrame, batch_id: int) -> None:
         if self.applied(batch_id):
             return
-        users = batch.select("user_id").where("user_id IS NOT NULL").distinct().cache()
+        # One pass over the batch: the users it touched and its last version.
+        touched = batch.groupBy("user_id").agg(F.max("_commit_version").alias("_v")).cache()
+        users = touched.where("user_id IS NOT NULL").select("user_id")
         try:
-            last = batch.agg(F.max("_commit_version")).first()[0]  # type: ignore[index]
+            last = touched.agg(F.max("_v")).first()[0]  # type: ignore[index]
             if last is None:
                 return  # an empty batch (a replay finds nothing either)
             reader = self.spark.read.format("caslake").option("version", str(last))
@@ -149,7 +151,7 @@ class GoldStage(Stage):
             self._upsert(agg, "user_id", batch_id)
             agg.unpersist()
         finally:
-            users.unpersist()
+            touched.unpersist()
 
 
 def aggregate(silver: DataFrame) -> DataFrame:
