@@ -515,6 +515,34 @@ class ManifestCorrupted(CorruptMetadata):
         self.part = part
 
 
+# --- Spark --------------------------------------------------------------------------
+
+
+class StreamingQueryFailed(CaslakeError):
+    """A Spark streaming query that caslake started and waited for (a pipeline stage of
+    :mod:`caslake.spark.pipeline`, or the demo's ingest) stopped with an error.
+    ``query`` names it (a stage's txn app id, with its source and target), ``cause``
+    is Spark's message, where a caslake error raised in a micro-batch keeps its class
+    name.  The checkpoint holds the query's progress: fix the cause and run it again;
+    it resumes at the batch that failed."""
+
+    def __init__(self, message: str, *, query: str, cause: str) -> None:
+        super().__init__(message)
+        self.query = query
+        self.cause = cause
+
+
+class DemoCheckFailed(CaslakeError):
+    """``make demo`` compared a result with one computed independently (Spark's own
+    aggregation, a scan of every Parquet file on storage) and they differ: a defect
+    in caslake, not in the call.  ``check`` names the comparison; please report it
+    with the demo's output."""
+
+    def __init__(self, message: str, *, check: str) -> None:
+        super().__init__(message)
+        self.check = check
+
+
 # --- optional extras --------------------------------------------------------------
 
 

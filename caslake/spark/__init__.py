@@ -15,6 +15,7 @@
     caslake.spark.write_dataset(df, root, "silver/orders")  # RFC-0008 dataset, one commit
     caslake.spark.read_dataset(spark, root, "silver/orders")
     caslake.spark.save(df, uri, mode="errorifexists")     # every Spark save mode
+    caslake.spark.register_table(spark, "orders", uri)    # spark.sql("... FROM orders")
 
 Nested columns (arrays, structs, maps, any depth) and the newer primitive
 types read and write as Spark types (the mapping, and what has no Spark type:
@@ -43,6 +44,7 @@ from caslake.spark.source import (
     CaslakeDataSource,
     CaslakeReader,
 )
+from caslake.spark.sql import register_table
 from caslake.spark.stream import CaslakeStreamWriter
 from caslake.spark.write import CaslakeCommitMessage, CaslakeWriter
 
@@ -60,6 +62,7 @@ __all__ = [
     "read_dataset",
     "read_native",
     "register",
+    "register_table",
     "save",
     "update",
     "upsert",

@@ -40,7 +40,8 @@ from pyspark.sql import functions as F
 
 import caslake
 import caslake.spark
-from caslake.spark.pipeline import GoldStage, SilverStage, aggregate
+from caslake.errors import DemoCheckFailed
+from caslake.spark.pipeline import GoldStage, SilverStage, aggregate, await_query
 
 USERS = 50_000
 ERASED_EVENT = 42  # erase the user who made this event
@@ -87,12 +88,42 @@ def demo_root(path: str | None) -> Path:
     return Path(path) if path else Path(tempfile.mkdtemp(prefix="caslake-spark-demo-"))
 
 
-def spark_session() -> SparkSession:
-    # pyspark 4.3 warns that it is not tested with pandas 3; the demo does not use pandas.
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
+# The demo's Spark logs warnings and errors from the JVM's start (the root at WARN,
+# Spark's interactive default, so Spark prints no "Setting default log level" notice;
+# a config of its own, so no "default log4j profile" notice), and errors only once it
+# runs (setLogLevel).  Hadoop's native library is optional: its absence is no warning.
+LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader
+logger.hadoop.level = error
+"""
+
+
+def spark_session(root: Path) -> SparkSession:
+    """A local session for the demo whose start prints nothing to wonder about: it
+    binds to loopback (no "hostname resolves to a loopback address" warning), has a
+    log configuration of its own (:data:`LOG4J2`, written under ``root``), and
+    imports PySpark's test helpers, which probe pandas, quietly (see
+    :func:`_import_pyspark_pandas_probe`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local[2] demo: loopback
+    log4j = root / "_spark" / "log4j2.properties"
+    log4j.parent.mkdir(parents=True, exist_ok=True)
+    log4j.write_text(LOG4J2)
+    _import_pyspark_pandas_probe()
+    print("starting a local Spark session (Spark 4's JVM prints \"WARNING: Using "
+          "incubator modules: jdk.incubator.vector\" as it starts: the vector API Spark "
+          "uses, nothing to act on)", flush=True)
     spark = (SparkSession.builder.master("local[2]").appName("caslake-demo")
+             .config("spark.driver.extraJavaOptions",
+                     f"-Dlog4j2.configurationFile=file:{log4j}")
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC")
@@ -103,6 +134,21 @@ def spark_session() -> SparkSession:
     spark.sparkContext.setLogLevel("ERROR")
     caslake.spark.register(spark)
     return spark
+
+
+def _import_pyspark_pandas_probe() -> None:
+    """PySpark 4.3 imports its own test helpers (``pyspark.testing.utils``) on the
+    first call into the JVM (its numpy converter asks them whether numpy is
+    installed), and that module checks the pandas version at import, warning
+    "PySpark does not yet fully support pandas >= 3.0.0" when the dev extra's
+    pandas 3 is installed.  The demo uses none of PySpark's pandas features (caslake
+    exchanges Arrow batches), so that one import runs with that one warning
+    ignored; every other warning, and the same warning from any real pandas path
+    (``toPandas``, pandas UDFs), still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning,
+                                message="PySpark does not yet fully support pandas")
+        import pyspark.testing.utils  # noqa: F401
 
 
 def events(spark: SparkSession, first: int, n: int, partitions: int = 4) -> DataFrame:
@@ -183,16 +229,18 @@ class Pipeline:
                      .writeStream.format("caslake")
                      .option("checkpointLocation", str(self.root / "checkpoint"))
                      .trigger(availableNow=True).start(self.uri))
-            query.awaitTermination()
-            if query.exception() is not None:
-                raise RuntimeError(f"streaming query failed: {query.exception()}")
+            await_query(query, "the demo's streaming ingest")
             done(rows)
 
     def erase_user(self) -> int:
-        row = self.read().filter(F.col("event_id") == ERASED_EVENT).first()
-        if row is None:
-            raise RuntimeError(f"event {ERASED_EVENT} is not in the table")
-        user = self.erased_user = str(row["user_id"])
+        # collect(), not first(): PySpark 4.3 prints a BrokenPipeError traceback from
+        # its worker daemon when a read of a Python data source ends early (first,
+        # limit, show); the where option plans the read with caslake's pruning.
+        rows = self.read(where=f"event_id = {ERASED_EVENT}").select("user_id").collect()
+        if not rows:
+            raise DemoCheckFailed(f"event {ERASED_EVENT} is not in the table",
+                                  check="ingested events")
+        user = self.erased_user = str(rows[0]["user_id"])
         before = self.table().version
         found = self.read().filter(F.col("user_id") == user).count()
         with self.step(f"GDPR erasure of {user} with caslake.spark.delete") as done:
@@ -203,7 +251,7 @@ class Pipeline:
               f"({res.tombstones_added}), no data file rewritten "
               f"({res.files_removed} removed); version {before} -> {res.version}")
         if left:
-            raise RuntimeError(f"erasure left {left} rows of {user}")
+            raise DemoCheckFailed(f"erasure left {left} rows of {user}", check="erasure")
         return before
 
     def query(self) -> None:
@@ -247,7 +295,8 @@ class Pipeline:
               f"{report.deleted_count} objects ({report.bytes_deleted:,} bytes); rows of "
               f"{user} left in any Parquet file on storage: {found}")
         if found:
-            raise RuntimeError(f"{found} rows of {user} are still on storage")
+            raise DemoCheckFailed(f"{found} rows of {user} are still on storage",
+                                  check="physical erasure")
 
     def report(self) -> None:
         print("\n== history")
@@ -343,14 +392,15 @@ class StreamingPipeline:
         print(f"   batch 0 replayed into silver: version {head} -> "
               f"{self.table('silver').version} (its txn is recorded: nothing applied)")
         if left or in_gold or got != want or self.table("silver").version != head:
-            raise RuntimeError("the streaming pipeline's tables disagree with bronze")
+            raise DemoCheckFailed("the streaming pipeline's tables disagree with bronze",
+                                  check="streaming pipeline")
 
 
 def run(root: Path, rows: int, appends: int, stream_rows: int,
         spark: SparkSession | None = None, pipeline_rows: int = 5_000) -> Pipeline:
     """The pipeline; on ``spark`` if given (left running), else on its own session."""
     own = spark is None
-    spark = spark or spark_session()
+    spark = spark or spark_session(root)
     try:
         p = Pipeline(spark, root)
         p.ingest_batches(rows, appends)
@@ -373,13 +423,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=2_000_000, help="events ingested by batch")
     ap.add_argument("--appends", type=int, default=4)
     ap.add_argument("--stream-rows", type=int, default=100_000)
+    ap.add_argument("--pipeline-rows", type=int, default=5_000,
+                    help="events per bronze append of the streaming pipeline (step 7)")
     args = ap.parse_args(argv)
     root = demo_root(args.path)
     if (root / "events").exists():
         shutil.rmtree(root / "events")  # a path given again: start the story afresh
     root.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    run(root, args.rows, args.appends, args.stream_rows)
+    run(root, args.rows, args.appends, args.stream_rows, pipeline_rows=args.pipeline_rows)
     print(f"\ndone in {time.perf_counter() - start:.1f} s; the table is at {root / 'events'}")
     return 0
 

@@ -20,13 +20,16 @@ and its S3 test).
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import dataclass, field
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from caslake.core import txn_applied
+from caslake.errors import StreamingQueryFailed
 from caslake.spark.dml import upsert
 from caslake.store.options import StorageOptions
 from caslake.table import open_table
@@ -67,10 +70,8 @@ class Stage:
 
     def run(self) -> None:
         """Process everything the source has now, then stop."""
-        query = self.start()
-        query.awaitTermination()
-        if query.exception() is not None:
-            raise RuntimeError(f"stage {self.app_id} failed: {query.exception()}")
+        await_query(self.start(), f"pipeline stage {self.app_id} ({self.source} -> "
+                                  f"{self.target})")
 
     def applied(self, batch_id: int) -> bool:
         table = open_table(self.target, storage_options=self.storage_options or None)
@@ -87,6 +88,17 @@ class Stage:
     def _upsert(self, rows: DataFrame, key: str, batch_id: int) -> None:
         upsert(self.spark, self.target, rows, key, storage_options=self.storage_options or None,
                txn=(self.app_id, batch_id))
+
+
+def await_query(query: StreamingQuery, name: str) -> None:
+    """Wait for ``query`` to end; if it failed, raise :class:`StreamingQueryFailed`
+    naming it (``name``) rather than PySpark's ``StreamingQueryException``."""
+    with suppress(StreamingQueryException):  # raised below as caslake's error, named
+        query.awaitTermination()
+    failure = query.exception()
+    if failure is not None:
+        raise StreamingQueryFailed(f"{name} stopped: {failure}", query=name,
+                                   cause=str(failure))
 
 
 def last_changes(batch: DataFrame, key: str) -> DataFrame:
@@ -106,12 +118,12 @@ class SilverStage(Stage):
             return  # a replay of a batch already applied
         last = last_changes(batch, KEY).cache()
         try:
-            live = last.where(F.col("_change_type").isin("insert", "update_postimage")
-                              & F.col("amount").isNotNull())
-            gone = [r[KEY] for r in last.subtract(live).select(KEY).collect()]
+            keep = F.col("_change_type").isin("insert", "update_postimage") \
+                & F.col("amount").isNotNull()  # never NULL: ~keep is the rest
+            gone = [r[KEY] for r in last.where(~keep).select(KEY).collect()]
             self._delete_keys(KEY, gone)
-            self._upsert(live.drop("_change_type", "_commit_version", "_commit_timestamp"),
-                         KEY, batch_id)
+            self._upsert(last.where(keep).drop("_change_type", "_commit_version",
+                                               "_commit_timestamp"), KEY, batch_id)
         finally:
             last.unpersist()
 
@@ -122,9 +134,11 @@ class GoldStage(Stage):
     def apply(self, batch: DataFrame, batch_id: int) -> None:
         if self.applied(batch_id):
             return
-        users = batch.select("user_id").where("user_id IS NOT NULL").distinct().cache()
+        # One pass over the batch: the users it touched and its last version.
+        touched = batch.groupBy("user_id").agg(F.max("_commit_version").alias("_v")).cache()
+        users = touched.where("user_id IS NOT NULL").select("user_id")
         try:
-            last = batch.agg(F.max("_commit_version")).first()[0]  # type: ignore[index]
+            last = touched.agg(F.max("_v")).first()[0]  # type: ignore[index]
             if last is None:
                 return  # an empty batch (a replay finds nothing either)
             reader = self.spark.read.format("caslake").option("version", str(last))
@@ -137,7 +151,7 @@ class GoldStage(Stage):
             self._upsert(agg, "user_id", batch_id)
             agg.unpersist()
         finally:
-            users.unpersist()
+            touched.unpersist()
 
 
 def aggregate(silver: DataFrame) -> DataFrame:
