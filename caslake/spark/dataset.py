@@ -36,6 +36,7 @@ from caslake.dataset.store import ParquetDatasetStore
 from caslake.dataset.write import PartLayout, batch_stream, write_parts
 from caslake.errors import InvalidArgument, SchemaMismatch, StoreError
 from caslake.expr import compile_where
+from caslake.spark.arrow_jobs import map_in_arrow
 from caslake.store import LocalStore, MemoryStore, ObjectStore, S3Store, open_store
 from caslake.store.options import StorageOptions
 
@@ -114,7 +115,7 @@ def write_dataset(df: DataFrame, uri_or_store: str | ObjectStore, dataset_key: s
 
     gen_prefix = f"{key}/{generation}/"
     try:
-        rows = df.mapInArrow(task, _TASK_SCHEMA).collect()
+        rows = map_in_arrow(df, task, _TASK_SCHEMA).collect()
         digests = {r["schema_hash"] for r in rows}
         if len(digests) > 1:
             raise SchemaMismatch(f"the tasks of one write produced {len(digests)} different "
@@ -176,7 +177,7 @@ def read_dataset(spark: SparkSession, uri_or_store: str | ObjectStore, dataset_k
                 yield from _read_part(store, key, part, names, filter)
 
     parts_df = spark.createDataFrame(units, "part string, etag string, size long")
-    return parts_df.repartition(len(units)).mapInArrow(task, from_arrow_schema(out_schema))
+    return map_in_arrow(parts_df.repartition(len(units)), task, from_arrow_schema(out_schema))
 
 
 def _read_part(store: ObjectStore, key: str, part: ResolvedPart, names: list[str],

@@ -81,6 +81,7 @@ from caslake.ops.transaction import Rewrite, Transaction, commit_rewrite, upsert
 from caslake.ops.update import FILE, TargetRows, assignments, update_terms, with_values
 from caslake.ops.upsert import duplicate_key
 from caslake.ops.write import WriteOptions, write_data_files
+from caslake.spark.arrow_jobs import apply_in_arrow, map_in_arrow
 from caslake.spark.messages import table_schema_from_json
 from caslake.spark.save import caslake_errors
 from caslake.spark.types import conform_for_read, conform_for_write, spark_type_for
@@ -192,8 +193,8 @@ def run_match_job(spark: SparkSession, job: MatchJob, groups: list[SnapshotSubse
     try:
         tasks = spark.range(0, len(groups), 1, len(groups))
         if key_frame is None:
-            out = tasks.mapInArrow(functools.partial(_positions_task, job, groups_bc, cond_bc),
-                                   _POSITIONS_SCHEMA)
+            out = map_in_arrow(tasks, functools.partial(_positions_task, job, groups_bc, cond_bc),
+                               _POSITIONS_SCHEMA)
         else:
             keys = key_frame.columns
             live_schema = StructType([*(StructField(k, key_frame.schema[k].dataType)
@@ -201,11 +202,11 @@ def run_match_job(spark: SparkSession, job: MatchJob, groups: list[SnapshotSubse
                                       StructField(POSITION, LongType()),
                                       StructField(PATH, StringType())])
             expected = to_arrow_schema(live_schema, timezone="UTC")
-            live = tasks.mapInArrow(functools.partial(_live_keys_task, job, groups_bc, cond_bc,
-                                                      expected), live_schema)
-            out = (live.join(key_frame, on=keys, how="left_semi")
-                   .select(PATH, POSITION).groupBy(PATH)
-                   .applyInArrow(_bitmap_of_file, _POSITIONS_SCHEMA))
+            live = map_in_arrow(tasks, functools.partial(_live_keys_task, job, groups_bc, cond_bc,
+                                                          expected), live_schema)
+            out = apply_in_arrow(live.join(key_frame, on=keys, how="left_semi")
+                                 .select(PATH, POSITION).groupBy(PATH),
+                                 _bitmap_of_file, _POSITIONS_SCHEMA)
         result: dict[str, BitMap] = {}
         for row in out.collect():
             bm = BitMap.deserialize(bytes(row[POSITIONS]))
@@ -336,8 +337,8 @@ def _upsert(spark: SparkSession, uri: str, df: DataFrame, key: Sequence[str] | s
     # Checks df's columns against the table before any task runs.
     writer = WriteTarget(uri, cast(StorageOptions, dict(storage_options or {})), df.schema)
     with caslake_errors():  # a NULL in a NOT NULL column...
-        entries = df.mapInArrow(functools.partial(written_files_task, writer, new_token()),
-                                "file string").collect()
+        entries = map_in_arrow(df, functools.partial(written_files_task, writer, new_token()),
+                               "file string").collect()
     schema = table.table_schema
     files = [data_file(json.loads(r["file"]), schema, writer.partitioning) for r in entries]
     # Files are deleted on a failure only when no commit of them can have landed:
@@ -496,7 +497,7 @@ def _run_rewrite(frame: DataFrame, task: Any, base: Snapshot, by_path: dict[str,
     """Collect a rewrite job's output as the commit's :class:`Rewrite`: the positions
     hidden per file (the driver's planned tasks) and the files the tasks wrote."""
     with caslake_errors():  # a value that does not fit, DuplicateKey...
-        out = frame.mapInArrow(task, _REWRITE_SCHEMA).collect()
+        out = map_in_arrow(frame, task, _REWRITE_SCHEMA).collect()
     plan = DeletePlan(base)
     files: list[DataFile] = []
     schema = base.manifest.schema
@@ -691,7 +692,8 @@ class SparkMergeBuilder(MergeBuilder):
             groups = group_tasks(tasks, base, 2 * spark.sparkContext.defaultParallelism)
             groups_bc = spark.sparkContext.broadcast(groups)
             try:
-                target = spark.range(0, len(groups), 1, max(1, len(groups))).mapInArrow(
+                target = map_in_arrow(
+                    spark.range(0, len(groups), 1, max(1, len(groups))),
                     functools.partial(_target_task, job, groups_bc,
                                       to_arrow_schema(spark_schema, timezone="UTC")),
                     spark_schema)

@@ -40,6 +40,7 @@ from pyspark.sql import DataFrame
 from caslake import errors
 from caslake.errors import CaslakeError, InvalidArgument, SchemaMismatch, TableAlreadyExists
 from caslake.format.keys import POINTER_KEY, new_token
+from caslake.spark.arrow_jobs import map_in_arrow
 from caslake.spark.commit import abort_files, commit_files
 from caslake.spark.messages import table_schema_from_json
 from caslake.spark.write import (
@@ -111,8 +112,8 @@ def _overwrite_partitions(df: DataFrame, uri: str, storage_options: StorageOptio
     job_id = new_token()
     started_at_ms = int(time.time() * 1000)
     with caslake_errors():
-        entries = df.mapInArrow(functools.partial(written_files_task, target, job_id),
-                                "file string").collect()
+        entries = map_in_arrow(df, functools.partial(written_files_task, target, job_id),
+                               "file string").collect()
     schema = table_schema_from_json(target.table_schema)
     files = [data_file(json.loads(r["file"]), schema, target.partitioning) for r in entries]
     store = target.open_store()

@@ -22,17 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 JVM_INCUBATOR = "WARNING: Using incubator modules: jdk.incubator.vector"
 
 
-def pending_mapinarrow_warning(line: str) -> bool:
-    """PySpark 4.3's ``mapInArrow`` builds a pandas UDF internally, which warns about
-    pandas 3 although no pandas is used: ``caslake.spark.delete`` / ``upsert``
-    (caslake/spark/dml.py, not the demo's module) call it, so it is dealt with
-    there; until then these two lines are tolerated, and only these."""
-    warning = ("/pyspark/sql/pandas/functions.py:777: FutureWarning: PySpark does not yet "
-               "fully support pandas >= 3.0.0. Some features may not work correctly. It is "
-               "recommended to use pandas < 3.0.0 for now.")
-    return line.endswith(warning) or line == "  require_minimum_pandas_version()"
-
-
 def test_demo_pipeline_end_to_end_prints_no_warning(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "caslake.spark.demo", str(tmp_path), "--rows", "8000",
@@ -40,8 +29,7 @@ def test_demo_pipeline_end_to_end_prints_no_warning(tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     out, err = proc.stdout, proc.stderr
     assert proc.returncode == 0, err[-3000:]
-    noise = [line for line in err.splitlines() if line.strip() and line != JVM_INCUBATOR
-             and not pending_mapinarrow_warning(line)]
+    noise = [line for line in err.splitlines() if line.strip() and line != JVM_INCUBATOR]
     assert noise == [], "\n".join(noise)  # no warning, log line or traceback on stderr
     assert out.index(JVM_INCUBATOR.split(": ", 1)[1]) < out.index("== batch append 1/2")
 
