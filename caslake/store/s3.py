@@ -437,8 +437,9 @@ class ObstoreStore(ObjectStore):
     """What every obstore-backed store shares (S3 here, Azure Blob in
     :mod:`caslake.store.azure`): reads pinned by ETag, create-only and
     compare-and-swap puts, listing, deletes, the Retrier's rules and the
-    counting described in the module docstring.  A subclass sets
-    :attr:`uri`, builds ``self._store`` and calls :meth:`_setup`."""
+    counting described in the module docstring.  A subclass resolves its
+    settings and sets :attr:`uri` in :meth:`_configure` and builds the obstore
+    store in :meth:`_make_obstore`."""
 
     #: User-metadata name of the SHA-256 a create keeps (see ``_own_landed_create``).
     sha256_attribute = SHA256_ATTRIBUTE
@@ -448,8 +449,13 @@ class ObstoreStore(ObjectStore):
     container_word = "bucket"
     _store: Any
 
-    def _setup(self, *, max_gap: int, max_request: int, max_workers: int,
-               retry_policy: RetryPolicy, sleep: Callable[[float], None] | None) -> None:
+    def __init__(self, uri: str, storage_options: StorageOptions | None = None, *,
+                 environ: Mapping[str, str] | None = None, max_gap: int = S3_MAX_GAP,
+                 max_request: int = DEFAULT_MAX_REQUEST,
+                 max_workers: int = DEFAULT_MAX_WORKERS,
+                 retry_policy: RetryPolicy = DEFAULT_RETRY,
+                 sleep: Callable[[float], None] | None = None) -> None:
+        self._configure(uri, storage_options, environ)
         self.counters = StoreCounters()
         self.max_gap = max_gap
         self.max_request = max_request
@@ -458,6 +464,16 @@ class ObstoreStore(ObjectStore):
                         else Retrier(retry_policy, sleep=sleep))
         self._pool: ThreadPoolExecutor | None = None
         self._lazy_lock = threading.Lock()
+        self._store = self._make_obstore()
+
+    def _configure(self, uri: str, storage_options: StorageOptions | None,
+                   environ: Mapping[str, str] | None) -> None:
+        """Resolve the settings for ``uri``; set ``uri`` and ``prefix``."""
+        raise NotImplementedError
+
+    def _make_obstore(self) -> Any:
+        """The obstore store every request goes to."""
+        raise NotImplementedError
 
     def _where(self) -> str:
         return self.uri
@@ -705,19 +721,14 @@ class ObstoreStore(ObjectStore):
 class S3Store(ObstoreStore):
     """An ``s3://bucket/prefix`` table root on any S3-compatible endpoint."""
 
-    def __init__(self, uri: str, storage_options: StorageOptions | None = None, *,
-                 environ: Mapping[str, str] | None = None, max_gap: int = S3_MAX_GAP,
-                 max_request: int = DEFAULT_MAX_REQUEST,
-                 max_workers: int = DEFAULT_MAX_WORKERS,
-                 retry_policy: RetryPolicy = DEFAULT_RETRY,
-                 sleep: Callable[[float], None] | None = None) -> None:
+    settings: S3Settings
+
+    def _configure(self, uri: str, storage_options: StorageOptions | None,
+                   environ: Mapping[str, str] | None) -> None:
         self.settings = resolve_s3_settings(uri, storage_options, environ)
         self.bucket = self.settings.bucket
         self.prefix = self.settings.prefix
         self.uri = f"{SCHEME}{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
-        self._setup(max_gap=max_gap, max_request=max_request, max_workers=max_workers,
-                    retry_policy=retry_policy, sleep=sleep)
-        self._store = self._make_obstore()
         self._boto3: S3Client | None = None
         self._boto3_lock = threading.Lock()
 
