@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo demo-core test lint typecheck docs unit bench stress clean install
+.PHONY: demo demo-core test lint typecheck docs unit bench stress clean install emulators
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,7 +12,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev,interop]"
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv with caslake and its dev tools
+# Store emulators for the test suite: Azurite (npm), project-local under build/node.
+AZURITE_VERSION := 3.37.0
+AZURITE := build/node/node_modules/.bin/azurite-blob
+AZURITE_STAMP := build/node/.azurite-$(AZURITE_VERSION)
+
+$(AZURITE_STAMP):
+	mkdir -p build/node
+	npm install --prefix build/node --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION)
+	touch $(AZURITE_STAMP)
+
+emulators: $(AZURITE_STAMP) ## the Azure Blob emulator (Azurite) the tests start
+
+install: $(STAMP) emulators ## create .venv with caslake and its dev tools, and the emulators
 
 demo: $(STAMP) ## the main job: a PySpark pipeline on a local-filesystem table (no services)
 	$(PY) -m caslake.spark.demo
@@ -29,7 +41,7 @@ typecheck: $(STAMP) ## mypy --strict on the package
 docs: $(STAMP) ## the documentation site (mkdocs.yml, API reference from docstrings) into build/site, --strict
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
-unit: $(STAMP) ## every test (starts its own moto S3 server)
+unit: $(STAMP) emulators ## every test (starts its own moto S3 server and Azurite)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 test: lint typecheck docs unit ## lint, type checks, the docs site and every test

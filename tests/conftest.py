@@ -8,11 +8,15 @@
   (memory, local, s3); the s3 parameter carries ``pytest.mark.s3``.
 * ``open_test_store`` -- factory: ``open_test_store(kind)`` -> a fresh store.
 * ``any_store`` -- a fresh store of each backend.
+* ``azurite`` -- session-scoped Azurite blob service (npm, installed by
+  ``make install`` under build/node); ``azure_options``, ``azure_uri`` (a fresh
+  container per test).  The "azure" store kind uses them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,10 +25,14 @@ import boto3
 import pytest
 
 from caslake.store import ObjectStore, open_store
+from caslake.testing import azurite as azurite_harness
 from caslake.testing.moto_server import DUMMY_KEY_ID, DUMMY_SECRET, REGION, run_moto_server
 from caslake.testing.moto_server import storage_options as moto_storage_options
 
 STORE_KINDS = ["memory", "local", "s3"]
+#: Every backend, emulators included: the store conformance suite runs on these
+#: (tests/store/test_conformance.py overrides ``store_kind`` with them).
+ALL_STORE_KINDS = [*STORE_KINDS, "azure"]
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +63,35 @@ def s3_uri(moto_server: str) -> str:
     return f"s3://{make_bucket(moto_server)}/tables/t"
 
 
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[str]:
+    """Account endpoint of an Azurite blob service running for the whole session.
+    Skips when Azurite is not installed, except under CI, where that is an error."""
+    if azurite_harness.azurite_binary() is None and not os.environ.get("CI"):
+        pytest.skip("Azurite is not installed (run `make install`)")
+    with azurite_harness.run_azurite() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def azure_options(azurite: str) -> dict[str, str]:
+    """Storage options for Azurite (its well-known development account)."""
+    return dict(azurite_harness.storage_options(azurite))
+
+
+def make_container(endpoint: str) -> str:
+    """Create a fresh, uniquely named container on Azurite; return its name."""
+    name = f"caslake-test-{uuid.uuid4().hex[:16]}"
+    azurite_harness.create_container(endpoint, name)
+    return name
+
+
+@pytest.fixture
+def azure_uri(azurite: str) -> str:
+    """``az://<fresh container>/tables/t`` on Azurite."""
+    return f"az://{make_container(azurite)}/tables/t"
+
+
 def _store_uri(kind: str, request: pytest.FixtureRequest, tmp_path: Path
                ) -> tuple[str, dict[str, str]]:
     if kind == "memory":
@@ -65,10 +102,22 @@ def _store_uri(kind: str, request: pytest.FixtureRequest, tmp_path: Path
         endpoint = request.getfixturevalue("moto_server")
         options = request.getfixturevalue("s3_options")
         return f"s3://{make_bucket(endpoint)}/tables/t", dict(options)
+    if kind == "azure":
+        endpoint = request.getfixturevalue("azurite")
+        options = request.getfixturevalue("azure_options")
+        return f"az://{make_container(endpoint)}/tables/t", dict(options)
     raise ValueError(f"unknown store kind {kind!r}")
 
 
-_KIND_PARAMS = [pytest.param(k, marks=pytest.mark.s3) if k == "s3" else k for k in STORE_KINDS]
+_KIND_MARKS = {"s3": pytest.mark.s3, "azure": pytest.mark.azure}
+
+
+def kind_params(kinds: list[str]) -> list[object]:
+    """``kinds`` as pytest params, each emulator's carrying its mark."""
+    return [pytest.param(k, marks=_KIND_MARKS[k]) if k in _KIND_MARKS else k for k in kinds]
+
+
+_KIND_PARAMS = kind_params(STORE_KINDS)
 
 
 @pytest.fixture(params=_KIND_PARAMS)
@@ -87,7 +136,7 @@ def any_store_uri(store_kind: str, request: pytest.FixtureRequest,
 @pytest.fixture
 def open_test_store(request: pytest.FixtureRequest,
                     tmp_path: Path) -> Callable[[str], ObjectStore]:
-    """Factory: ``open_test_store("memory" | "local" | "s3")`` -> a fresh, empty store."""
+    """Factory: ``open_test_store("memory" | "local" | "s3" | "azure")`` -> a fresh store."""
 
     def factory(kind: str) -> ObjectStore:
         uri, options = _store_uri(kind, request, tmp_path)

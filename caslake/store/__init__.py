@@ -6,6 +6,9 @@ URI                                    backend
 ``memory://name`` / ``memory://``      :class:`MemoryStore` (shared per name)
 ``/a/path``, ``rel/path``, ``file://``  :class:`LocalStore`
 ``s3://bucket/prefix``                 :class:`S3Store` (AWS, MinIO, R2, moto)
+``az://container/prefix``              :class:`~caslake.store.azure.AzureBlobStore`
+``abfs[s]://container@account.dfs``    the same (``...core.windows.net/path``,
+                                       as Spark writes it; docs/azure.md)
 =====================================  ========================================
 
 The contract every backend honours is documented in :mod:`caslake.store.base`.
@@ -85,10 +88,12 @@ _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 def open_store(uri: str, storage_options: StorageOptions | None = None
                ) -> ObjectStore:
-    """The store for ``uri``: ``memory://``, ``file://`` or a plain path, or ``s3://``.
+    """The store for ``uri``: ``memory://``, ``file://`` or a plain path, ``s3://``,
+    or Azure Blob (``az://``, ``abfs://``, ``abfss://``).
 
     ``storage_options`` (:class:`StorageOptions`) only apply to ``s3://`` (see
-    :func:`caslake.store.s3.resolve_s3_settings`); passing any to another
+    :func:`caslake.store.s3.resolve_s3_settings`) and Azure (see
+    :func:`caslake.store.azure.resolve_azure_settings`); passing any to another
     backend is an error.  Raises StoreConfigError, naming the URI, for an
     unknown scheme or a malformed URI.
     """
@@ -100,10 +105,14 @@ def open_store(uri: str, storage_options: StorageOptions | None = None
         from caslake.store.s3 import S3Store
 
         return S3Store(uri, storage_options)
+    if scheme in ("az", "abfs", "abfss"):
+        from caslake.store.azure import AzureBlobStore
+
+        return AzureBlobStore(uri, storage_options)
     if storage_options:
         raise StoreConfigError(
             f"storage options {sorted(storage_options)} do not apply to {uri!r} "
-            "(only s3:// URIs take storage options)"
+            "(only s3:// and Azure URIs take storage options)"
         )
     if scheme == "memory":
         return MemoryStore(uri)
@@ -111,5 +120,5 @@ def open_store(uri: str, storage_options: StorageOptions | None = None
         return LocalStore(uri)
     raise StoreConfigError(
         f"unsupported URI scheme {scheme!r} in {uri!r} "
-        "(use memory://, file://, a local path, or s3://)"
+        "(use memory://, file://, a local path, s3://, az:// or abfss://)"
     )

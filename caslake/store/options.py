@@ -1,9 +1,12 @@
 """``StorageOptions``: the keys a caller may pass as ``storage_options``.
 
-Only ``s3://`` URIs take storage options (:func:`caslake.store.open_store`
-rejects any for ``memory://`` and local paths, which read no option and no
-environment variable).  :func:`caslake.store.s3.resolve_s3_settings` reads
-them: each key is matched case-insensitively, the aliases listed below name
+Only ``s3://`` and Azure (``az://``, ``abfs[s]://``) URIs take storage options
+(:func:`caslake.store.open_store` rejects any for ``memory://`` and local
+paths, which read no option and no environment variable).
+:func:`caslake.store.s3.resolve_s3_settings` and
+:func:`caslake.store.azure.resolve_azure_settings` read them, each only the
+keys of its own backend (marked below; the client keys at the end are
+shared): each key is matched case-insensitively, the aliases listed below name
 the same setting, and a key it does not know raises StoreConfigError.  A key
 left out (or given as ``None``/``""``) falls back to the environment variable
 named beside it, then to the default.
@@ -18,7 +21,7 @@ from typing import TypedDict
 
 
 class StorageOptions(TypedDict, total=False):
-    """Connection settings for an ``s3://`` table (like obstore's ``S3Config``).
+    """Connection settings for an ``s3://`` or Azure table (like obstore's ``S3Config``).
 
     Values may also be given as strings (as Spark options always are):
     booleans as ``true``/``false``/``1``/``0``/``yes``/``no``, numbers as text.
@@ -31,6 +34,9 @@ class StorageOptions(TypedDict, total=False):
 
     #: S3 endpoint (``http(s)://host:port``), for MinIO, R2, moto...
     #: Env: ``AWS_ENDPOINT_URL_S3``, then ``AWS_ENDPOINT_URL``; default: AWS itself.
+    #: Azure: the blob endpoint with the account (``http://127.0.0.1:10000/devstoreaccount1``
+    #: for Azurite).  Env: ``AZURE_STORAGE_ENDPOINT``; default
+    #: ``https://ACCOUNT.blob.core.windows.net``.
     endpoint_url: str
     #: Alias of ``endpoint_url``.
     endpoint: str
@@ -58,6 +64,18 @@ class StorageOptions(TypedDict, total=False):
     session_token: str
     #: Alias of ``session_token``.
     aws_session_token: str
+    #: Azure storage account.  Env: ``AZURE_STORAGE_ACCOUNT_NAME``; an ``abfs[s]://`` URI
+    #: names it in its host.
+    account_name: str
+    #: Azure account key (Shared Key auth).  Env: ``AZURE_STORAGE_ACCOUNT_KEY``.
+    account_key: str
+    #: Azure SAS token (``sv=...&sig=...``, a leading ``?`` is dropped).
+    #: Env: ``AZURE_STORAGE_SAS_TOKEN``.
+    sas_token: str
+    #: Azure connection string (``AccountName=...;AccountKey=...;BlobEndpoint=...``,
+    #: or ``SharedAccessSignature=...``); its fields fill what the keys above leave out.
+    #: Env: ``AZURE_STORAGE_CONNECTION_STRING``.
+    connection_string: str
     #: Allow a plain ``http://`` endpoint.  No env; default: whether the endpoint is http://.
     allow_http: bool | str
     #: Virtual-hosted-style requests (``bucket.host``) instead of path style.

@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 import obstore
 import obstore.exceptions as obx
@@ -190,6 +190,70 @@ def _as_number(name: str, value: OptionValue, uri: str) -> float:
     return number
 
 
+def canonical_options(uri: str, storage_options: StorageOptions | None,
+                      aliases: Mapping[str, str]) -> dict[str, OptionValue]:
+    """``storage_options`` under their canonical names (keys matched case-insensitively
+    through ``aliases``); a value of None or "" is left out.  StoreConfigError names
+    an unknown key and lists the known ones."""
+    opts: dict[str, OptionValue] = {}
+    given: Mapping[str, OptionValue | None] = cast(
+        "Mapping[str, OptionValue | None]", storage_options or {})
+    for raw_name, value in given.items():
+        canonical = aliases.get(raw_name.lower())
+        if canonical is None:
+            raise StoreConfigError(
+                f"unknown storage option {raw_name!r} for {uri!r}; known: "
+                f"{', '.join(sorted(set(aliases)))}"
+            )
+        if value is None or value == "":
+            continue
+        opts[canonical] = value
+    return opts
+
+
+#: The client settings every obstore-backed store takes (storage option -> number).
+CLIENT_NUMBERS = ("max_retries", "retry_timeout", "connect_timeout", "request_timeout")
+
+
+def client_numbers(opts: Mapping[str, OptionValue], uri: str) -> dict[str, float]:
+    """The :data:`CLIENT_NUMBERS` given in ``opts``, checked (>= 0)."""
+    return {name: _as_number(name, opts[name], uri) for name in CLIENT_NUMBERS if name in opts}
+
+
+class ClientSettings(Protocol):
+    """The HTTP client settings every obstore-backed store's settings carry."""
+
+    @property
+    def allow_http(self) -> bool: ...
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def retry_timeout(self) -> float: ...
+    @property
+    def connect_timeout(self) -> float: ...
+    @property
+    def request_timeout(self) -> float: ...
+
+
+def client_configs(s: ClientSettings) -> tuple[ClientConfig, RetryConfig]:
+    """obstore's client options and retry policy for ``s`` (bounded, jittered)."""
+    client: ClientConfig = {
+        "allow_http": s.allow_http,
+        "connect_timeout": timedelta(seconds=s.connect_timeout),
+        "timeout": timedelta(seconds=s.request_timeout),
+    }
+    retry: RetryConfig = {
+        "max_retries": s.max_retries,
+        "retry_timeout": timedelta(seconds=s.retry_timeout),
+        "backoff": {
+            "init_backoff": timedelta(milliseconds=100),
+            "max_backoff": timedelta(seconds=2),
+            "base": 2,
+        },
+    }
+    return client, retry
+
+
 def resolve_s3_settings(uri: str, storage_options: StorageOptions | None = None,
                         environ: Mapping[str, str] | None = None) -> S3Settings:
     """Resolve the settings for ``uri`` from ``storage_options``, then the environment.
@@ -208,19 +272,7 @@ def resolve_s3_settings(uri: str, storage_options: StorageOptions | None = None,
     """
     env = os.environ if environ is None else environ
     bucket, prefix = parse_s3_uri(uri)
-    opts: dict[str, OptionValue] = {}
-    given: Mapping[str, OptionValue | None] = cast(
-        "Mapping[str, OptionValue | None]", storage_options or {})
-    for raw_name, value in given.items():
-        canonical = _OPTION_ALIASES.get(raw_name.lower())
-        if canonical is None:
-            raise StoreConfigError(
-                f"unknown storage option {raw_name!r} for {uri!r}; known: "
-                f"{', '.join(sorted(set(_OPTION_ALIASES)))}"
-            )
-        if value is None or value == "":
-            continue
-        opts[canonical] = value
+    opts = canonical_options(uri, storage_options, _OPTION_ALIASES)
 
     def text(name: str) -> str | None:
         value = opts.get(name)
@@ -262,11 +314,7 @@ def resolve_s3_settings(uri: str, storage_options: StorageOptions | None = None,
     else:
         virtual = endpoint is None and "." not in bucket
 
-    numbers: dict[str, float] = {
-        name: _as_number(name, opts[name], uri)
-        for name in ("max_retries", "retry_timeout", "connect_timeout", "request_timeout")
-        if name in opts
-    }
+    numbers = client_numbers(opts, uri)
     defaults = S3Settings(bucket, prefix, None, region, None, None, None, False, False)
     return S3Settings(
         bucket=bucket,
@@ -313,7 +361,8 @@ Op = Literal["get", "get_range", "head", "list", "delete", "put", "put_create", 
 
 
 def map_obstore_error(exc: BaseException, *, op: Op, key: str | None,
-                      where: str) -> CaslakeError:
+                      where: str, credentials_help: str = NO_CREDENTIALS_HELP,
+                      container: str = "bucket") -> CaslakeError:
     """The caslake error for an exception raised by an obstore call.
 
     ``op`` says which call failed, because the same obstore error means
@@ -321,18 +370,20 @@ def map_obstore_error(exc: BaseException, *, op: Op, key: str | None,
     compare-and-swap is a lost race (PreconditionFailed); a NotFound on an
     unconditional put means the bucket is missing (StoreConfigError).  A
     PreconditionError on ``put_cas`` is returned as PreconditionFailed; the
-    caller settles "changed" versus "missing" with a HEAD.
+    caller settles "changed" versus "missing" with a HEAD.  ``credentials_help``
+    and ``container`` word the one-line errors for the backend (S3 by default).
     """
     if isinstance(exc, CaslakeError):
         return exc
     detail = f"{op} {key!r} on {where}" if key is not None else f"{op} on {where}"
     if _NO_CREDENTIALS.search(str(exc)):
-        return StoreConfigError(f"{detail}: {NO_CREDENTIALS_HELP}", key=key)
+        return StoreConfigError(f"{detail}: {credentials_help}", key=key)
     message = f"{detail}: {exc}"
     if isinstance(exc, FileNotFoundError | obx.NotFoundError):
         if op in ("put", "put_create"):
             return StoreConfigError(
-                f"{detail}: the bucket does not exist or is not reachable ({exc})", key=key)
+                f"{detail}: the {container} does not exist or is not reachable ({exc})",
+                key=key)
         return NotFound(message, key=key)
     if isinstance(exc, obx.AlreadyExistsError):
         if op == "put_cas":
@@ -382,8 +433,21 @@ def _static_credentials(settings: S3Settings) -> Callable[[], S3Credential]:
     return provide
 
 
-class S3Store(ObjectStore):
-    """An ``s3://bucket/prefix`` table root on any S3-compatible endpoint."""
+class ObstoreStore(ObjectStore):
+    """What every obstore-backed store shares (S3 here, Azure Blob in
+    :mod:`caslake.store.azure`): reads pinned by ETag, create-only and
+    compare-and-swap puts, listing, deletes, the Retrier's rules and the
+    counting described in the module docstring.  A subclass resolves its
+    settings and sets :attr:`uri` in :meth:`_configure` and builds the obstore
+    store in :meth:`_make_obstore`."""
+
+    #: User-metadata name of the SHA-256 a create keeps (see ``_own_landed_create``).
+    sha256_attribute = SHA256_ATTRIBUTE
+    #: One line saying which credentials to set, for an error that found none.
+    credentials_help = NO_CREDENTIALS_HELP
+    #: What the store's top-level namespace is called ("bucket", "container").
+    container_word = "bucket"
+    _store: Any
 
     def __init__(self, uri: str, storage_options: StorageOptions | None = None, *,
                  environ: Mapping[str, str] | None = None, max_gap: int = S3_MAX_GAP,
@@ -391,74 +455,45 @@ class S3Store(ObjectStore):
                  max_workers: int = DEFAULT_MAX_WORKERS,
                  retry_policy: RetryPolicy = DEFAULT_RETRY,
                  sleep: Callable[[float], None] | None = None) -> None:
-        self.settings = resolve_s3_settings(uri, storage_options, environ)
-        self.bucket = self.settings.bucket
-        self.prefix = self.settings.prefix
-        self.uri = f"{SCHEME}{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        self._configure(uri, storage_options, environ)
         self.counters = StoreCounters()
         self.max_gap = max_gap
         self.max_request = max_request
         self.max_workers = max_workers
-        self._store = self._make_obstore()
         self.retrier = (Retrier(retry_policy) if sleep is None
                         else Retrier(retry_policy, sleep=sleep))
         self._pool: ThreadPoolExecutor | None = None
-        self._boto3: S3Client | None = None
         self._lazy_lock = threading.Lock()
-        self._boto3_lock = threading.Lock()
+        self._store = self._make_obstore()
 
-    def __repr__(self) -> str:
-        return f"S3Store({self.uri!r}, endpoint={self.settings.endpoint_url!r})"
+    def _configure(self, uri: str, storage_options: StorageOptions | None,
+                   environ: Mapping[str, str] | None) -> None:
+        """Resolve the settings for ``uri``; set ``uri`` and ``prefix``."""
+        raise NotImplementedError
 
-    def _make_obstore(self) -> _ObstoreS3:
-        s = self.settings
-        config: S3Config = {
-            "region": s.region,
-            "virtual_hosted_style_request": s.virtual_hosted_style,
-            "conditional_put": "etag",
-        }
-        if s.endpoint_url:
-            # Both names: AWS_ENDPOINT_URL_S3 would otherwise take precedence.
-            config["endpoint"] = s.endpoint_url
-            config["aws_endpoint_url_s3"] = s.endpoint_url
-        client: ClientConfig = {
-            "allow_http": s.allow_http,
-            "connect_timeout": timedelta(seconds=s.connect_timeout),
-            "timeout": timedelta(seconds=s.request_timeout),
-        }
-        retry: RetryConfig = {
-            "max_retries": s.max_retries,
-            "retry_timeout": timedelta(seconds=s.retry_timeout),
-            "backoff": {
-                "init_backoff": timedelta(milliseconds=100),
-                "max_backoff": timedelta(seconds=2),
-                "base": 2,
-            },
-        }
-        provider = _static_credentials(s) if s.access_key_id else None
-        try:
-            return _ObstoreS3(s.bucket, prefix=s.prefix or None, config=config,
-                              client_options=client, retry_config=retry,
-                              credential_provider=provider)
-        except Exception as exc:
-            raise StoreConfigError(f"cannot configure S3 store for {self.uri!r}: {exc}") from exc
-
-    # --- helpers ----------------------------------------------------------------
+    def _make_obstore(self) -> Any:
+        """The obstore store every request goes to."""
+        raise NotImplementedError
 
     def _where(self) -> str:
         return self.uri
+
+    def _map(self, exc: BaseException, op: Op, key: str | None) -> CaslakeError:
+        return map_obstore_error(exc, op=op, key=key, where=self._where(),
+                                 credentials_help=self.credentials_help,
+                                 container=self.container_word)
 
     def _call(self, op: Op, key: str | None, fn: Callable[[], _T]) -> _T:
         try:
             return fn()
         except Exception as exc:
-            raise map_obstore_error(exc, op=op, key=key, where=self._where()) from exc
+            raise self._map(exc, op, key) from exc
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lazy_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=self.max_workers,
-                                                thread_name_prefix="caslake-s3")
+                                                thread_name_prefix="caslake-store")
             return self._pool
 
     def close(self) -> None:
@@ -481,48 +516,6 @@ class S3Store(ObjectStore):
             except BaseException as exc:
                 errors.append(exc)
         return results, errors
-
-    def boto3_client(self) -> S3Client:
-        """A boto3 S3 client for this endpoint, created on first use.
-
-        For operations obstore does not expose (multipart upload with
-        UploadPartCopy).  Not used for ordinary reads and writes.  Requests
-        made with it are not counted automatically: callers must record them
-        in :attr:`counters`.
-        """
-        # Its own lock: creating a client can take a while, and must not hold up
-        # the range-request threads (``_executor`` takes ``_lazy_lock``).
-        with self._boto3_lock:
-            if self._boto3 is None:
-                from botocore.config import Config
-
-                s = self.settings
-                cfg = Config(
-                    region_name=s.region,
-                    s3={"addressing_style": "virtual" if s.virtual_hosted_style else "path"},
-                    retries={"max_attempts": s.max_retries + 1, "mode": "standard"},
-                    connect_timeout=s.connect_timeout,
-                    read_timeout=s.request_timeout,
-                )
-                kwargs: dict[str, Any] = {"config": cfg}
-                if s.endpoint_url:
-                    kwargs["endpoint_url"] = s.endpoint_url
-                if s.access_key_id:
-                    kwargs["aws_access_key_id"] = s.access_key_id
-                    kwargs["aws_secret_access_key"] = s.secret_access_key
-                    kwargs["aws_session_token"] = s.session_token
-                self._boto3 = _new_boto3_client(kwargs)
-            return self._boto3
-
-    def prepare_compose(self) -> None:
-        """Create the multipart client on a store thread (importing boto3 and loading
-        its S3 model take a few hundred ms the first time) while the caller works."""
-        if self._boto3 is None:
-            self._executor().submit(self.boto3_client)  # an error resurfaces on use
-
-    def full_key(self, key: str) -> str:
-        """The bucket key of ``key`` (prefix joined), for boto3 calls."""
-        return f"{self.prefix}/{key}" if self.prefix else key
 
     # --- reads ------------------------------------------------------------------
 
@@ -661,9 +654,9 @@ class S3Store(ObjectStore):
         self.counters.record(PUT, bytes_out=len(data))
         try:
             result = obstore.put(self._store, key, data, mode=obs_mode, use_multipart=False,
-                                 attributes={SHA256_ATTRIBUTE: digest} if digest else None)
+                                 attributes={self.sha256_attribute: digest} if digest else None)
         except Exception as exc:
-            err = map_obstore_error(exc, op=op, key=key, where=self._where())
+            err = self._map(exc, op, key)
             if op == "put_cas" and isinstance(err, PreconditionFailed):
                 err = self._classify_failed_cas(key, err)
             raise err from exc
@@ -687,7 +680,7 @@ class S3Store(ObjectStore):
         tag = meta.meta["e_tag"]
         if not tag:
             raise StoreError(f"{self.uri} returned no ETag for {key!r}", key=key)
-        theirs = meta.attributes.get(SHA256_ATTRIBUTE)
+        theirs = meta.attributes.get(self.sha256_attribute)
         if theirs is not None:
             return normalize_etag(tag) if theirs == digest else None
         if meta.meta["size"] != len(data):
@@ -719,10 +712,90 @@ class S3Store(ObjectStore):
         try:
             obstore.delete(self._store, key)
         except Exception as exc:
-            err = map_obstore_error(exc, op="delete", key=key, where=self._where())
+            err = self._map(exc, "delete", key)
             if isinstance(err, NotFound):
                 return  # some S3-compatible servers answer 404 for a missing key
             raise err from exc
+
+
+class S3Store(ObstoreStore):
+    """An ``s3://bucket/prefix`` table root on any S3-compatible endpoint."""
+
+    settings: S3Settings
+
+    def _configure(self, uri: str, storage_options: StorageOptions | None,
+                   environ: Mapping[str, str] | None) -> None:
+        self.settings = resolve_s3_settings(uri, storage_options, environ)
+        self.bucket = self.settings.bucket
+        self.prefix = self.settings.prefix
+        self.uri = f"{SCHEME}{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        self._boto3: S3Client | None = None
+        self._boto3_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.uri!r}, endpoint={self.settings.endpoint_url!r})"
+
+    def _make_obstore(self) -> _ObstoreS3:
+        s = self.settings
+        config: S3Config = {
+            "region": s.region,
+            "virtual_hosted_style_request": s.virtual_hosted_style,
+            "conditional_put": "etag",
+        }
+        if s.endpoint_url:
+            # Both names: AWS_ENDPOINT_URL_S3 would otherwise take precedence.
+            config["endpoint"] = s.endpoint_url
+            config["aws_endpoint_url_s3"] = s.endpoint_url
+        client, retry = client_configs(s)
+        provider = _static_credentials(s) if s.access_key_id else None
+        try:
+            return _ObstoreS3(s.bucket, prefix=s.prefix or None, config=config,
+                              client_options=client, retry_config=retry,
+                              credential_provider=provider)
+        except Exception as exc:
+            raise StoreConfigError(f"cannot configure S3 store for {self.uri!r}: {exc}") from exc
+
+    def boto3_client(self) -> S3Client:
+        """A boto3 S3 client for this endpoint, created on first use.
+
+        For operations obstore does not expose (multipart upload with
+        UploadPartCopy).  Not used for ordinary reads and writes.  Requests
+        made with it are not counted automatically: callers must record them
+        in :attr:`counters`.
+        """
+        # Its own lock: creating a client can take a while, and must not hold up
+        # the range-request threads (``_executor`` takes ``_lazy_lock``).
+        with self._boto3_lock:
+            if self._boto3 is None:
+                from botocore.config import Config
+
+                s = self.settings
+                cfg = Config(
+                    region_name=s.region,
+                    s3={"addressing_style": "virtual" if s.virtual_hosted_style else "path"},
+                    retries={"max_attempts": s.max_retries + 1, "mode": "standard"},
+                    connect_timeout=s.connect_timeout,
+                    read_timeout=s.request_timeout,
+                )
+                kwargs: dict[str, Any] = {"config": cfg}
+                if s.endpoint_url:
+                    kwargs["endpoint_url"] = s.endpoint_url
+                if s.access_key_id:
+                    kwargs["aws_access_key_id"] = s.access_key_id
+                    kwargs["aws_secret_access_key"] = s.secret_access_key
+                    kwargs["aws_session_token"] = s.session_token
+                self._boto3 = _new_boto3_client(kwargs)
+            return self._boto3
+
+    def prepare_compose(self) -> None:
+        """Create the multipart client on a store thread (importing boto3 and loading
+        its S3 model take a few hundred ms the first time) while the caller works."""
+        if self._boto3 is None:
+            self._executor().submit(self.boto3_client)  # an error resurfaces on use
+
+    def full_key(self, key: str) -> str:
+        """The bucket key of ``key`` (prefix joined), for boto3 calls."""
+        return f"{self.prefix}/{key}" if self.prefix else key
 
     # --- multipart (boto3; see caslake.store.s3_multipart) -----------------------
 

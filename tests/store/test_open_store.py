@@ -268,7 +268,8 @@ def test_s3_list_counts_one_request_per_page(s3_uri: str, s3_options: dict[str, 
 
 def test_storage_options_documents_every_key_the_s3_store_reads() -> None:
     from caslake import StorageOptions
+    from caslake.store.azure import _OPTION_ALIASES as AZURE_KEYS
     from caslake.store.s3 import _OPTION_ALIASES
 
-    assert set(StorageOptions.__annotations__) == set(_OPTION_ALIASES)
+    assert set(StorageOptions.__annotations__) == set(_OPTION_ALIASES) | set(AZURE_KEYS)
     assert StorageOptions.__total__ is False
