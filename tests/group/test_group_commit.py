@@ -227,7 +227,7 @@ def test_the_commit_group_property_turns_it_on_for_every_writer(tmp_path: Path) 
     CLI, Spark's driver and a plain ``open_table`` have) fold too."""
     uri = str(tmp_path / "t")
     t = caslake.create_table(uri, SCHEMA)
-    with pytest.raises(InvalidArgument, match="commit.group"):
+    with pytest.raises(InvalidArgument, match=r"commit\.group"):
         t.set_properties({"commit.group": "yes"})
     t.set_properties({"commit.group": "true"})
     results = _race(uri, writers=6, per_writer=10, policy=CommitPolicy())
