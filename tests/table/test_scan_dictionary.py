@@ -175,7 +175,8 @@ def test_a_files_dictionary_chunks_are_found_once_per_process(
     t, versions = table
     if not hinted:
         monkeypatch.setattr(parquet, "DICTIONARY_HINT_KEY", "no such key")
-    want = t.scan(columns=["flag"], version=versions[0]).count()
+    # to_arrow, not count(): a count without a predicate answers from the manifest
+    want = t.scan(columns=["flag"], version=versions[0]).to_arrow().num_rows
     decodes = []
 
     def counting(data: bytes, *, what: str = "") -> object:
@@ -186,7 +187,7 @@ def test_a_files_dictionary_chunks_are_found_once_per_process(
     scan._DICTIONARY_CHUNKS.clear()
     for _ in range(3):
         fresh = caslake.open_table(t.uri)
-        assert fresh.scan(columns=["flag"], version=versions[0]).count() == want
+        assert fresh.scan(columns=["flag"], version=versions[0]).to_arrow().num_rows == want
     assert len(decodes) == (0 if hinted else 1)
 
 
