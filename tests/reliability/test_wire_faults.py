@@ -29,11 +29,11 @@ from caslake.testing.wire_faults import FaultProxy, WireFault, run_fault_proxy
 from caslake.testing.wire_stress import run_wire_workload
 from tests.conftest import make_bucket
 from tests.export.readers import deltalake_rows, pyiceberg_rows
+from tests.reliability.crash_harness import told_the_truth
 from tests.reliability.test_crash_every_step import (
     ExportReaders,
     iceberg_metadata_key,
     read_iceberg_hint,
-    told_the_truth,
 )
 
 pytestmark = pytest.mark.s3
