@@ -1,21 +1,26 @@
 """Stateful model test: the real table, transient faults included, against a plain model.
 
-A Hypothesis :class:`RuleBasedStateMachine` drives one table (memory store; a
-smaller profile on the moto S3 server) next to a plain-Python model: the list
-of rows of every version.  Rules append small batches (an int64 ``id`` that
-repeats, a string and a float column with NULLs, and nested columns: a struct
-holding a struct, a list and a map, NULL at every level), delete by key, by range,
-by predicate (flat, struct leaves, list and map functions) and by a predicate on
-a struct leaf alone (``dev.os = 'x'``), upsert by key, run a transaction (delete +
-append), read a random retained version, reopen the table (a new handle, cold
-caches), compact (same rows, fewer files; under the same faults and races as
-writes), run gc with a clock 30 days ahead (everything but the newest data
-version expires, and afterwards exactly the referenced objects remain), export
-(on a local store, whose files the outside readers can open: the Iceberg export
-read by pyiceberg, every snapshot it keeps, and the Delta export read by
-deltalake equal the model's rows at the versions they name, then and after every
-later gc), drop an export (every object of it goes, nothing else; the next
-export starts afresh), and arm trouble for the next write:
+A Hypothesis :class:`RuleBasedStateMachine` drives one table (memory store, its
+programs unpartitioned or partitioned by ``bucket(3, id)`` or by ``s`` in turn; a
+smaller profile on the moto S3 server) next to a plain-Python model: the list of
+rows of every version. Rules append small batches (an int64 ``id`` that repeats, a
+string and a float column with NULLs, and nested columns: a struct holding a struct,
+a list and a map, NULL at every level), delete by key, by range, by predicate (flat,
+struct leaves, list and map functions) and by a predicate on a struct leaf alone
+(``dev.os = 'x'``), upsert by key, run a transaction (delete + append), update
+(``SET`` literals and expressions ``WHERE`` any of those predicates or none), merge
+on ``id`` (four clause sets: matched update/update_all/delete, not-matched
+insert/insert_all, by-source update/delete, with conditions on both sides), restore
+a retained version (an expired one is ``VersionExpired``; a race makes it
+``ConcurrentModification``, nothing applied), read a random retained version, reopen
+the table (a new handle, cold caches), compact (same rows, fewer files; under the
+same faults and races as writes), run gc with a clock 30 days ahead (everything but
+the newest data version expires, and afterwards exactly the referenced objects
+remain), export (on a local store, whose files the outside readers can open: the
+Iceberg export read by pyiceberg, every snapshot it keeps, and the Delta export read
+by deltalake equal the model's rows at the versions they name, then and after every
+later gc), drop an export (every object of it goes, nothing else; the next export
+starts afresh), and arm trouble for the next write:
 
 * a transient fault on a ``put`` of the pointer, a manifest, a data file or a
   tombstone, which fails before it is applied or is applied and then loses its
@@ -376,6 +381,9 @@ class Effect:
     rows: list[Row]  # the model's rows after the operation
     deleted: int  # live rows the operation deletes
     new_version: bool  # does the operation create a version?
+    # ... or may it be a no-op as well (a restore of the same rows, whose files the
+    # model does not know: a delete dropping a file whole can leave an earlier set)
+    maybe_noop: bool = False
 
 
 # What an operation does to the rows of the version it commits on.
@@ -417,6 +425,8 @@ class TableMachine(RuleBasedStateMachine):
     stats: ClassVar[Stats]
     # The outside readers' options; None: no export rule (they cannot open a memory store).
     exports: ClassVar[ExportReaders | None] = None
+    partition_specs: ClassVar[tuple[list[str] | None, ...]] = (None,)
+    programs: ClassVar[Iterator[int]]
 
     def __init__(self) -> None:
         super().__init__()
@@ -431,8 +441,12 @@ class TableMachine(RuleBasedStateMachine):
         self.race: Race | None = None  # another writer's commit right before our CAS
         self.exported: dict[str, list[int]] = {"iceberg": [], "delta": []}  # versions
         self.iceberg_from = 0  # the Iceberg export keeps the snapshots from this version
+        # The programs take the partition specs in turn (hidden partitioning changes
+        # where rows are written, never which rows a version holds).
+        spec = self.partition_specs[next(self.programs) % len(self.partition_specs)]
         caslake.create_table(self.uri, SCHEMA, storage_options=self.options,
-                             write_options=self.write_options)
+                             write_options=self.write_options, partition_by=spec)
+        self.partitioned = spec is not None
         self.plain = open_store(self.uri, self.options)
         self.store = FaultyStore(open_store(self.uri, self.options), [])
         self.table = self._load()
@@ -569,6 +583,8 @@ class TableMachine(RuleBasedStateMachine):
             old_version = len(self.model) - 1
         else:
             effect = effect_of(self.current)
+        if effect.maybe_noop and res is not None and res.noop:
+            effect = Effect(effect.rows, 0, False)
 
         if not effect.new_version:
             # Nothing to do: no version may be created, fault or not.
@@ -595,6 +611,7 @@ class TableMachine(RuleBasedStateMachine):
             assert got == canon(effect.rows), f"{name}: the new version is not the model's"
             self.model.append(canon(effect.rows))
             self.stats.versions[name] += 1
+            self.stats.versions["partitioned"] += self.partitioned
         else:
             assert got == self.current, f"{name}: the old version changed"
         return landed
@@ -717,7 +734,11 @@ class TableMachine(RuleBasedStateMachine):
         v = data.draw(st.sampled_from(differ or [head]), label="restore version")
 
         def effect(base: list[Row]) -> Effect:
-            return Effect(self.model[v], len(base), self._files_of(head) != self._files_of(v))
+            # The same files as the head's: a no-op.  Other rows: a version.  The
+            # same rows in other files: either.
+            if self._files_of(head) == self._files_of(v):
+                return Effect(base, 0, False)
+            return Effect(self.model[v], len(base), True, maybe_noop=self.model[v] == base)
 
         if self._write("restore", lambda t: t.restore(version=v), effect, rebases=False):
             self.restored[len(self.model) - 1] = v
@@ -1005,12 +1026,14 @@ class TableMachine(RuleBasedStateMachine):
 
 
 def machine_for(new_uri: Callable[[], str], options: dict[str, str] | None,
-                write_options: caslake.WriteOptions, exports: ExportReaders | None = None
+                write_options: caslake.WriteOptions, exports: ExportReaders | None = None,
+                partition_specs: tuple[list[str] | None, ...] = (None,)
                 ) -> tuple[type[TableMachine], Stats]:
     stats = Stats()
     attrs: dict[str, Any] = {"new_uri": staticmethod(new_uri), "options": options,
                              "write_options": write_options, "stats": stats,
-                             "exports": exports}
+                             "exports": exports, "partition_specs": partition_specs,
+                             "programs": itertools.count()}
     return type("Machine", (TableMachine,), attrs), stats
 
 
@@ -1049,13 +1072,16 @@ def examples(ci: int, long: int) -> int:
 # Small files with one-row row groups: appends write several files, deletes address
 # row groups and positions.
 MEMORY_LAYOUT = caslake.WriteOptions(target_file_size=2_500, row_group_size=1)
+# test_model_memory's programs in turn: unpartitioned, by a bucket of id, by s (NULLs too)
+PARTITION_SPECS: tuple[list[str] | None, ...] = (None, ["bucket(3, id)"], ["s"])
 S3_LAYOUT = caslake.WriteOptions(target_file_size=3_000, row_group_size=50)
 
 
 def test_model_memory(small_segments: None) -> None:
     """With fold thresholds lowered, so versions hold several segment objects whose
     statistics summaries the reads prune by."""
-    machine, stats = machine_for(lambda: f"memory://{uuid.uuid4().hex}", None, MEMORY_LAYOUT)
+    machine, stats = machine_for(lambda: f"memory://{uuid.uuid4().hex}", None, MEMORY_LAYOUT,
+                                 partition_specs=PARTITION_SPECS)
     run_state_machine_as_test(machine, settings=settings(
         max_examples=examples(50, 100), stateful_step_count=25, deadline=None, database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
@@ -1075,6 +1101,7 @@ def test_model_memory(small_segments: None) -> None:
     assert stats.segment_versions > 0
     assert stats.struct_leaf_deletes > 0
     check_rules_made_versions(stats)
+    assert stats.versions["partitioned"] > 0
 
 
 def test_model_local_with_exports(tmp_path: Path) -> None:
