@@ -334,6 +334,20 @@ def _round(op: str, r: int, uri: str, direct: dict[str, str],
             .write_dataset(data, key, overwrite=True)), written
 
 
+def under_faults(proxy: FaultProxy, faults: list[WireFault], run: Callable[[Any], object],
+                 arg: Any) -> str:
+    """``run(arg)`` with ``faults`` set on the proxy (and none after): "ok", or the
+    typed error's name."""
+    proxy.set_faults(faults)
+    try:
+        run(arg)
+        return "ok"
+    except CaslakeError as e:
+        return type(e).__name__
+    finally:
+        proxy.set_faults([])
+
+
 @pytest.mark.parametrize("op", ["purge", "clone", "export_iceberg", "export_delta",
                                 "dataset_write"])
 def test_operations_under_the_fault_mix_tell_the_truth(
@@ -352,13 +366,7 @@ def test_operations_under_the_fault_mix_tell_the_truth(
     outcomes: dict[str, int] = {}
     for r in range(OP_ROUNDS):
         run, state = _round(op, r, uri, direct, readers)
-        proxy.set_faults(OPERATION_MIX)
-        try:
-            run(faulty)
-            outcome = "ok"
-        except CaslakeError as e:
-            outcome = type(e).__name__
-        proxy.set_faults([])
+        outcome = under_faults(proxy, OPERATION_MIX, run, faulty)
         label = f"{outcome}->{state()}"
         assert told_the_truth(*label.split("->")), f"{op} round {r}: {label}"
         if label.endswith("old"):
@@ -417,13 +425,7 @@ def test_update_merge_restore_under_the_fault_mix_succeed_and_tell_the_truth(
     for r in range(DML_ROUNDS):
         version = len(history) - 1
         run, new = _dml_round(r, version, history[-1], history)
-        proxy.set_faults(DML_MIX)
-        try:
-            run(writer)
-            outcome = "ok"
-        except CaslakeError as e:
-            outcome = type(e).__name__
-        proxy.set_faults([])
+        outcome = under_faults(proxy, DML_MIX, run, writer)
         now = caslake.open_table(uri, storage_options=direct)
         got = sorted(zip(*now.to_arrow().to_pydict().values(), strict=True))
         assert now.version in (version, version + 1), f"round {r}: version {now.version}"
