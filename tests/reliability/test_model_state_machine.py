@@ -327,14 +327,14 @@ MERGES = [
           matched=((lambda s, t: s is not None and s[2] is None, _delete),
                    (_always, _s_from_source)),
           not_matched=((lambda s, t: s is not None and _gt(s[2], 0.0), _source),)),
-    Merge("update_all if newer; delete by source id > 8; insert id and s",
+    Merge("update_all if newer; delete by source id > 4; insert id and s",
           lambda b: b.when_matched_update_all(
               condition="target.s IS NULL OR source.f > target.f")
-          .when_not_matched_by_source_delete(condition="target.id > 8")
+          .when_not_matched_by_source_delete(condition="target.id > 4")
           .when_not_matched_insert(values={"id": "source.id", "s": "'new'"}),
           matched=((lambda s, t: s is not None and t is not None and (
               t[1] is None or _gt(s[2], t[2])), _source),),
-          by_source=((lambda s, t: t is not None and t[0] > 8, _delete),),
+          by_source=((lambda s, t: t is not None and t[0] > 4, _delete),),
           not_matched=((_always, _inserted_new),)),
     Merge("sync: update_all, insert_all, delete by source; mark by source on dev.os",
           lambda b: b.when_matched_update_all().when_not_matched_insert_all()
