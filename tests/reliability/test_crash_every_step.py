@@ -7,9 +7,10 @@ several files, row groups and an existing tombstone, whose columns are flat and 
 
 1. run the operation once through a :class:`FaultyStore` without faults to
    count its store calls ``N``;
-2. for every call index ``i`` in ``1..N``, rebuild the table from scratch
-   (deterministic data), inject one fault at call ``i`` and run the operation
-   again:
+2. for every call index ``i`` in ``1..N``, put the base table back as it was
+   built (crash_harness.py's loop and templates: built once per test, restored by
+   hard links or shared memory entries; S3 rows build afresh), inject one fault
+   at call ``i`` and run the operation again:
 
    * ``crash``: the process dies at call ``i`` (:class:`SimulatedCrash`); the
      process stays dead, so every later call -- from any thread, including a
@@ -40,6 +41,10 @@ overwrite (files to collect) and an orphan data file, with a clock 30 days
 ahead: the table is then at the old version or at gc's marker with the same
 rows, verify passes, nothing referenced is missing, a later commit works, and a
 second gc leaves exactly the referenced objects (what the fault left is gone).
+
+Budget: a fault point costs the operation and its check (verify deep, a later
+commit), not a rebuild of the base table, which was about half of its time; the
+three fault kinds stay separate runs (each leaves other states to check).
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -63,7 +68,6 @@ from caslake.core.commit import CommitPolicy
 from caslake.core.metadata_io import MetadataIO
 from caslake.dataset import DatasetIncomplete, ParquetDatasetStore
 from caslake.errors import (
-    CaslakeError,
     CommitOutcomeUnknown,
     RefAlreadyExists,
     RefNotFound,
@@ -80,7 +84,7 @@ from caslake.ops import clone as clone_module
 from caslake.ops.verify import verify_table
 from caslake.store import ObjectStore, open_store
 from caslake.store.base import PutMode
-from caslake.store.faults import ALL_OPS, Fault, FaultyStore, SimulatedCrash, reset_error
+from caslake.store.faults import Fault, FaultyStore
 from caslake.store.memory import forget_memory_space
 from caslake.testing.moto_server import DUMMY_KEY_ID, DUMMY_SECRET, REGION
 from tests.conftest import make_bucket
@@ -91,10 +95,16 @@ from tests.export.readers import (
     duckdb_iceberg_rows,
     pyiceberg_rows,
 )
+from tests.reliability.crash_harness import (
+    MODES,
+    Point,
+    Template,
+    fault_each_call,
+)
 
-# ALL_OPS (caslake.store.faults) is every operation kind FaultyStore counts, staging
-# ones included: a fault at call i must match the i-th call counted, or late points never fire.
-# The flat columns (test_crash_new_ops.py builds its own tables with them) ...
+# The loop over the fault points, the fault kinds and the templates are
+# tests/reliability/crash_harness.py's.  The flat columns (test_crash_new_ops.py
+# builds its own tables with them) ...
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.string()),
                     pa.field("f", pa.float64())])
 # ... and this suite's table: those plus nested columns -- a struct with a nested
@@ -110,12 +120,10 @@ WRITE = caslake.WriteOptions(target_file_size=7_000, row_group_size=3_500)
 FAST = CommitPolicy(max_attempts=20, base_backoff_s=0.0001, max_backoff_s=0.001,
                     settle_attempts=3)
 PREFIXES = ("data/", "tombstone/", MANIFEST_PREFIX, SEGMENT_PREFIX)
-DEAD_CALLS = 1_000  # more calls than any operation here makes: a dead process stays dead
 
 Dev = dict[str, Any]  # {"os": str | None, "geo": {"lat": float | None} | None}
 Attrs = list[tuple[str, int | None]]  # a map's entries, as pyarrow lists them
 Row = tuple[int, str | None, float | None, Dev | None, list[str | None] | None, Attrs | None]
-H = TypeVar("H")  # what an operation under test runs on: a Table, a dataset store
 
 
 # --- deterministic data and the model -----------------------------------------------
@@ -257,6 +265,7 @@ class Tables:
         self.root = root
         self.bucket = bucket  # kind "s3": a moto bucket, reached through AWS_* variables
         self.memory_names: list[str] = []
+        self.templates: list[Template[Any]] = []
 
     def new_uri(self) -> str:
         name = uuid.uuid4().hex
@@ -267,9 +276,20 @@ class Tables:
             return f"memory://{name}"
         return str(self.root / name)
 
+    def template(self, make: Callable[[str], Any]) -> Template[Any]:
+        """A template of what ``make(uri)`` builds (crash_harness.Template), put back
+        before every fault point instead of built again; closed with the tables."""
+        root = self.root / uuid.uuid4().hex
+        root.mkdir()
+        t: Template[Any] = Template(self.kind, make, root)
+        self.templates.append(t)
+        return t
+
     def close(self) -> None:
         for name in self.memory_names:
             forget_memory_space(name)
+        for t in self.templates:
+            t.close()
 
 
 def list_keys(store: ObjectStore) -> set[str]:
@@ -349,25 +369,53 @@ def check_after(uri: str, model: list[list[Row]], new_rows: list[Row], before_ke
 
 def prepare(tables: Tables) -> tuple[str, list[list[Row]], set[str], list[str]]:
     uri = tables.new_uri()
+    return (uri, *_made(uri))
+
+
+def _made(uri: str) -> tuple[list[list[Row]], set[str], list[str]]:
+    """Build the base table at ``uri``: its model, its objects, its history."""
     model = build(uri)
     store = open_store(uri)
     keys = list_keys(store)
     refs, chain = referenced_keys(store)
     assert keys == refs, "the base table must have no orphans"
-    return uri, model, keys, chain
+    return model, keys, chain
 
 
-def count_calls(tables: Tables, op: Op) -> int:
-    uri, model, _, _ = prepare(tables)
-    t, store = faulty_table(uri)
-    start = store.calls
-    res = op.run(t)
-    assert not res.noop and res.version == len(model) - 1 + 1
-    fresh = caslake.open_table(uri)
-    assert same_rows(fresh, op.model(model[-1]))
-    for v, want in enumerate(model):
-        assert same_rows(fresh, want, version=v)
-    return store.calls - start
+class BaseTable:
+    """The base table (:func:`build`, then ``extra(uri)``) for every fault point of a
+    test, and what a point checks against: the model, the base's objects and its
+    history (before ``extra``).  On a memory or local store it is built once and put
+    back before each point (a :class:`Template`; a rebuild took two thirds of a
+    point's time); on S3 it is built afresh at a new location each time."""
+
+    def __init__(self, tables: Tables, extra: Callable[[str], object] | None = None) -> None:
+        self.tables = tables
+        self.extra = extra
+        self.template: Template[Any] | None = None
+        self.first: str | None = None
+        if tables.kind in ("memory", "local"):
+            self.template = tables.template(self._make)
+            self.model, self.keys, self.manifests = self.template.made
+        else:
+            self.first = self.tables.new_uri()
+            self.model, self.keys, self.manifests = self._make(self.first)
+
+    def _make(self, uri: str) -> tuple[list[list[Row]], set[str], list[str]]:
+        made = _made(uri)
+        if self.extra is not None:
+            self.extra(uri)
+        return made
+
+    def fresh(self) -> str:
+        """The base table, as built, at the URI a fault point uses."""
+        if self.template is not None:
+            return self.template.fresh()
+        uri, self.first = self.first, None
+        if uri is None:
+            uri = self.tables.new_uri()
+            self.model, self.keys, self.manifests = self._make(uri)
+        return uri
 
 
 # --- the tests -------------------------------------------------------------------------
@@ -380,64 +428,48 @@ def tables(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tables]:
     t.close()
 
 
-MODES = ["crash", "lost-reply", "fail-before"]
+def op_with_faults(tables: Tables, name: str, op: Op, mode: str) -> dict[str, int]:
+    """Fault every store call of ``op`` on the base table: the fault-free run makes the
+    model's rows, and after each point :func:`check_after` holds, with a returned
+    commit at the version it reported under its commit id, and a typed error other
+    than CommitOutcomeUnknown leaving the old version.  A lost reply of the pointer
+    CAS itself must be settled as a success (some point ends "ok->new")."""
+    base = BaseTable(tables)
+    new_rows = op.model(base.model[-1])
 
+    def counted(uri: str, res: object) -> None:
+        assert isinstance(res, CommitResult) and not res.noop, res
+        assert res.version == len(base.model), res
+        fresh = caslake.open_table(uri)
+        assert same_rows(fresh, new_rows)
+        for v, want in enumerate(base.model):
+            assert same_rows(fresh, want, version=v)
 
-def fault_at(mode: str, i: int) -> Fault:
-    """The fault of ``mode`` at store call ``i``: a crash stays dead from call ``i`` on;
-    the others hit call ``i`` only."""
-    if mode == "crash":
-        return Fault(ALL_OPS, "crash", calls=frozenset(range(i, i + DEAD_CALLS)))
-    return Fault(ALL_OPS, "after" if mode == "lost-reply" else "before",
-                 calls=frozenset({i}), error=reset_error)
+    def check(p: Point) -> str:
+        must_be: str | None = None
+        commit_id: str | None = None
+        if isinstance(p.error, CommitOutcomeUnknown):
+            commit_id = p.error.commit_id
+        elif p.error is not None:
+            must_be = "old"  # a typed failure other than "unknown" must mean "not done"
+        elif isinstance(p.returned, CommitResult):
+            must_be, commit_id = "new", p.returned.commit_id
+            assert p.returned.version == len(base.model), f"{p.where}: {p.returned}"
+            assert not p.returned.noop, p.where
+        return check_after(p.uri, base.model, new_rows, base.keys, base.manifests,
+                           must_be=must_be, commit_id=commit_id, where=p.where)
+
+    outcomes = fault_each_call(name, tables.kind, mode, base.fresh, faulty_table, op.run,
+                               check, 5, counted=counted)
+    if mode == "lost-reply":
+        assert outcomes.get("ok->new", 0) >= 1, outcomes
+    return outcomes
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("op_name", list(OPS))
 def test_fault_at_every_store_call(tables: Tables, op_name: str, mode: str) -> None:
-    op = OPS[op_name]
-    n = count_calls(tables, op)
-    assert n >= 5, f"{op_name} made only {n} store calls"
-    outcomes: dict[str, int] = {}
-    for i in range(1, n + 1):
-        uri, model, before_keys, base_manifests = prepare(tables)
-        new_rows = op.model(model[-1])
-        t, store = faulty_table(uri)
-        where = f"{op_name}/{tables.kind}/{mode} at call {i} of {n}"
-        fault = fault_at(mode, i)
-        store.faults.append(fault)
-        must_be: str | None = None
-        commit_id: str | None = None
-        if mode == "crash":
-            with pytest.raises(SimulatedCrash):
-                op.run(t)
-            assert fault.fired >= 1, where
-            assert fault.seen >= i, where
-            outcome = "crash"
-        else:
-            try:
-                res = op.run(t)
-            except CaslakeError as e:
-                outcome = type(e).__name__
-                if isinstance(e, CommitOutcomeUnknown):
-                    commit_id = e.commit_id
-                else:
-                    must_be = "old"  # a typed failure other than "unknown" must mean "not done"
-            else:
-                outcome = "ok"
-                must_be = "new"
-                commit_id = res.commit_id
-                assert res.version == len(model), f"{where}: reported version {res.version}"
-                assert not res.noop, where
-            assert fault.fired == 1, f"{where}: the fault did not fire"
-        state = check_after(uri, model, new_rows, before_keys, base_manifests,
-                            must_be=must_be, commit_id=commit_id, where=where)
-        label = f"{outcome}->{state}"
-        outcomes[label] = outcomes.get(label, 0) + 1
-    print(f"\n{op_name} [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
-    if mode == "lost-reply":
-        # The lost reply of the pointer CAS itself must be settled as a success.
-        assert outcomes.get("ok->new", 0) >= 1, outcomes
+    op_with_faults(tables, op_name, OPS[op_name], mode)
 
 
 # --- gc -------------------------------------------------------------------------------
@@ -446,14 +478,11 @@ GC_LATER = timedelta(days=30)  # gc's clock: every object and version is old
 OVERWRITE = rows(0, 500, tag="o")
 
 
-def prepare_gc(tables: Tables) -> tuple[str, set[str]]:
-    """The base table plus an overwrite (the files before it become garbage once their
+def _gc_extra(uri: str) -> None:
+    """On the base table: an overwrite (the files before it become garbage once their
     versions expire) and an orphan data file a crashed writer left."""
-    uri, _, _, _ = prepare(tables)
-    t = caslake.open_table(uri)
-    t.overwrite(arrow(OVERWRITE))
+    caslake.open_table(uri).overwrite(arrow(OVERWRITE))
     open_store(uri).put(data_file_key(), b"orphan", mode=PutMode.CREATE)
-    return uri, list_keys(open_store(uri))
 
 
 def _gc(t: Table) -> None:
@@ -484,69 +513,11 @@ def check_after_gc(uri: str, where: str) -> str:
     return state
 
 
-def run_faulted(run: Callable[[H], object], handle: H, mode: str, where: str) -> str:
-    """Run an operation whose fault is armed; its outcome's name."""
-    try:
-        run(handle)
-        return "ok"
-    except SimulatedCrash:
-        assert mode == "crash", where
-        return "crash"
-    except CaslakeError as e:
-        assert mode != "crash", where
-        return type(e).__name__
-
-
-def told_the_truth(outcome: str, state: str) -> bool:
-    """A returned operation is done ("new"); a typed error other than
-    CommitOutcomeUnknown claims it is not ("old"); a crash or an unknown outcome
-    may be either."""
-    if outcome == "ok":
-        return state == "new"
-    return outcome in ("crash", "CommitOutcomeUnknown") or state == "old"
-
-
-def fault_each_call(name: str, kind: str, mode: str, setup: Callable[[], str],
-                    open_faulty: Callable[[str], tuple[H, FaultyStore]],
-                    run: Callable[[H], object], check: Callable[[str, str], str],
-                    min_calls: int, truthful: bool = False) -> dict[str, int]:
-    """Count the store calls ``run`` makes on what ``setup`` prepares (opened through
-    ``open_faulty``), then fault each one on a fresh setup and ``check(uri, where)``
-    what is left ("old", "new", ...); with ``truthful``, also that the outcome told
-    the truth about it (:func:`told_the_truth`).  Returns the outcome counts."""
-    handle, store = open_faulty(setup())
-    start = store.calls
-    run(handle)
-    n = store.calls - start
-    assert n >= min_calls, f"{name} made only {n} store calls"
-    outcomes: dict[str, int] = {}
-    for i in range(1, n + 1):
-        uri = setup()
-        handle, store = open_faulty(uri)
-        where = f"{name}/{kind}/{mode} at call {i} of {n}"
-        fault = fault_at(mode, i)
-        store.faults.append(fault)
-        outcome = run_faulted(run, handle, mode, where)
-        assert fault.fired >= 1, f"{where}: the fault did not fire"
-        state = check(uri, where)
-        assert not truthful or told_the_truth(outcome, state), f"{where}: {outcome} but {state}"
-        label = f"{outcome}->{state}"
-        outcomes[label] = outcomes.get(label, 0) + 1
-    print(f"\n{name} [{kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
-    return outcomes
-
-
-def fault_every_call(name: str, kind: str, mode: str, setup: Callable[[], str],
-                     run: Callable[[Table], None], check: Callable[[str, str], str],
-                     min_calls: int) -> None:
-    """:func:`fault_each_call` for a maintenance operation of a table."""
-    fault_each_call(name, kind, mode, setup, faulty_table, run, check, min_calls)
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_gc_fault_at_every_store_call(tables: Tables, mode: str) -> None:
-    fault_every_call("gc", tables.kind, mode, lambda: prepare_gc(tables)[0], _gc,
-                     check_after_gc, 5)
+    base = BaseTable(tables, _gc_extra)
+    fault_each_call("gc", tables.kind, mode, base.fresh, faulty_table, _gc,
+                    lambda p: check_after_gc(p.uri, p.where), 5)
 
 
 # --- purge(expire=True) ----------------------------------------------------------------
@@ -604,23 +575,18 @@ def check_after_erase(uri: str, model: list[list[Row]], where: str) -> str:
 def test_purge_expire_fault_at_every_store_call(local_tables: Tables, mode: str) -> None:
     # Local only (58 fault points a mode): the memory store adds no fault kind the
     # local one lacks, and the suite's time budget is better spent elsewhere.
-    tables = local_tables
-    models: dict[str, list[list[Row]]] = {}
-
-    def setup() -> str:
-        uri, model, _, _ = prepare(tables)
-        orphan = data_file_key()
-        open_store(uri).put(orphan, b"orphan", mode=PutMode.CREATE)
+    def orphan(uri: str) -> None:
+        key = data_file_key()
+        open_store(uri).put(key, b"orphan", mode=PutMode.CREATE)
         # A crashed writer's orphan from an hour ago: gc's cutoff is the purge's "now",
         # and an orphan written within the same milliseconds is rightly kept as too
         # young, which made the count of store calls (and the last fault point) vary.
         an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).timestamp()
-        os.utime(Path(uri) / orphan, (an_hour_ago, an_hour_ago))
-        models[uri] = model
-        return uri
+        os.utime(Path(uri) / key, (an_hour_ago, an_hour_ago))
 
-    fault_every_call("purge-expire", tables.kind, mode, setup, _erase,
-                     lambda uri, where: check_after_erase(uri, models[uri], where), 10)
+    base = BaseTable(local_tables, orphan)
+    fault_each_call("purge-expire", local_tables.kind, mode, base.fresh, faulty_table, _erase,
+                    lambda p: check_after_erase(p.uri, base.model, p.where), 10)
 
 
 # --- refs: branch, tag, fast-forward, drop -------------------------------------------
@@ -692,12 +658,6 @@ REF_OPS: dict[str, RefOp] = {
 }
 
 
-def prepare_ref(tables: Tables, op: RefOp) -> tuple[str, list[list[Row]]]:
-    uri, model, _, _ = prepare(tables)
-    op.setup(caslake.open_table(uri))
-    return uri, model
-
-
 def check_after_ref(uri: str, op: RefOp, model: list[list[Row]], where: str) -> str:
     """Old or new ref state, nothing in between; every ref reads; verify passes; a
     later commit works; gc a month later keeps every ref readable."""
@@ -728,48 +688,54 @@ def test_ref_op_fault_at_every_store_call(tables: Tables, op_name: str, mode: st
 
 def _ref_op_with_faults(tables: Tables, op_name: str, mode: str) -> None:
     op = REF_OPS[op_name]
-    uri, model = prepare_ref(tables, op)
-    t, store = faulty_table(uri)
-    start = store.calls
-    op.run(t)
-    n = store.calls - start
-    assert op.state(caslake.open_table(uri), model) == "new"
-    assert n >= 2, f"{op_name} made only {n} store calls"
-    outcomes: dict[str, int] = {}
-    for i in range(1, n + 1):
-        uri, model = prepare_ref(tables, op)
-        t, store = faulty_table(uri)
-        where = f"{op_name}/{tables.kind}/{mode} at call {i} of {n}"
-        fault = fault_at(mode, i)
-        store.faults.append(fault)
-        outcome = run_faulted(op.run, t, mode, where)
-        assert fault.fired >= 1, f"{where}: the fault did not fire"
-        state = check_after_ref(uri, op, model, where)
-        assert told_the_truth(outcome, state), f"{where}: {outcome} but {state}"
-        label = f"{outcome}->{state}"
-        outcomes[label] = outcomes.get(label, 0) + 1
-    print(f"\n{op_name} [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+    base = BaseTable(tables, lambda uri: op.setup(caslake.open_table(uri)))
+
+    def counted(uri: str, _: object) -> None:
+        assert op.state(caslake.open_table(uri), base.model) == "new", op_name
+
+    fault_each_call(op_name, tables.kind, mode, base.fresh, faulty_table, op.run,
+                    lambda p: check_after_ref(p.uri, op, base.model, p.where), 2,
+                    truthful=True, counted=counted)
 
 
 # --- clone and drop_table: faults in every store call, across both tables -------------
 
 
-def _faulty_opener(fault: Fault | None, counter: list[int]) -> Callable[..., ObjectStore]:
-    """``open_store`` for the clone module: every store shares one fault (its call
-    count runs across the source's and the target's calls) and one call counter."""
+class SharedFaults:
+    """Stand-in for one FaultyStore across every store the clone module opens (its
+    ``open_store``, patched by :meth:`patched` while an operation runs): they share
+    one call count and one list of faults (so a fault's calls run across the
+    source's and the target's calls)."""
 
-    def opener(uri: str, options: dict[str, str] | None = None) -> ObjectStore:
-        store = FaultyStore(open_store(uri, options), [fault] if fault else [])
+    def __init__(self) -> None:
+        self.calls = 0
+        self.faults: list[Fault] = []
+
+    def opener(self, uri: str, options: dict[str, str] | None = None) -> ObjectStore:
+        store = FaultyStore(open_store(uri, options))
+        store.faults = self.faults
         original = store._pick
 
         def pick(op: str, key: str) -> Fault | None:
-            counter[0] += 1
+            self.calls += 1
             return original(op, key)
 
         store._pick = pick  # type: ignore[method-assign]
         return store
 
-    return opener
+    def armed(self, uri: str) -> tuple[str, SharedFaults]:
+        """For fault_each_call's ``open_faulty``: no fault yet (it arms one)."""
+        self.faults.clear()
+        return uri, self
+
+    def patched(self, run: Callable[[str, str], object]) -> Callable[[str], object]:
+        """``run(source, target)`` on ``source`` and its clone's location, with every
+        store the clone module opens sharing these faults."""
+        def faulted(uri: str) -> object:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(clone_module, "open_store", self.opener)
+                return run(uri, uri + "-c")
+        return faulted
 
 
 def _holds(uri: str) -> list[str]:
@@ -831,42 +797,29 @@ def _check_clone_gc_after(src: str, target: str, model: list[list[Row]], where: 
 
 def _run_with_faults(tables: Tables, mode: str, run: Callable[[str, str], object],
                      setup: Callable[[str, str], None], name: str) -> None:
-    uri, model, _, _ = prepare(tables)
-    counter = [0]
-    setup(uri, uri + "-c")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(clone_module, "open_store", _faulty_opener(None, counter))
-        run(uri, uri + "-c")
-    n = counter[0]
-    assert n >= 5, f"{name} made only {n} store calls"
-    outcomes: dict[str, int] = {}
-    for i in range(1, n + 1):
-        uri, model, _, _ = prepare(tables)
-        target = uri + "-c"
-        setup(uri, target)
-        where = f"{name}/{tables.kind}/{mode} at call {i} of {n}"
-        fault = fault_at(mode, i)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(clone_module, "open_store", _faulty_opener(fault, [0]))
-            outcome = run_faulted(lambda pair: run(*pair), (uri, target), mode, where)
-        assert fault.fired >= 1, f"{where}: the fault did not fire"
+    base = BaseTable(tables, lambda uri: setup(uri, uri + "-c"))
+    shared = SharedFaults()
+
+    def check(p: Point) -> str:
+        target = p.uri + "-c"
         if name == "clone":
-            state = _check_clone_after(uri, target, model, where)
-            assert outcome != "ok" or state == "new", where
+            state = _check_clone_after(p.uri, target, base.model, p.where)
+            assert p.outcome != "ok" or state == "new", p.where
         elif name == "clone_gc":
-            state = _check_clone_gc_after(uri, target, model, where)
-            assert outcome != "ok" or state == "released", where
+            state = _check_clone_gc_after(p.uri, target, base.model, p.where)
+            assert p.outcome != "ok" or state == "released", p.where
         else:  # drop_table: finishing the drop must always be possible
             with contextlib.suppress(TableNotFound):
                 caslake.drop_table(target)
             state = "dropped"
             with pytest.raises(TableNotFound):
                 caslake.open_table(target)
-            assert not _holds(uri), f"{where}: a hold was left behind"
-            assert same_rows(caslake.open_table(uri), model[-1]), where
-        label = f"{outcome}->{state}"
-        outcomes[label] = outcomes.get(label, 0) + 1
-    print(f"\n{name} [{tables.kind}, {mode}]: {n} fault points tested; outcomes {outcomes}")
+            assert not _holds(p.uri), f"{p.where}: a hold was left behind"
+            assert same_rows(caslake.open_table(p.uri), base.model[-1]), p.where
+        return state
+
+    fault_each_call(name, tables.kind, mode, base.fresh, shared.armed, shared.patched(run),
+                    check, 5)
 
 
 @pytest.fixture
@@ -1036,7 +989,7 @@ def run_export_with_faults(tables: Tables, target: str, mode: str,
     outcomes = fault_each_call(
         f"export_{target}", tables.kind, mode, lambda: reset_export(base), faulty_table,
         lambda t: getattr(t, f"export_{target}")(),
-        lambda uri, where: check_after_export(base, target, where), 6, truthful=True)
+        lambda p: check_after_export(base, target, p.where), 6, truthful=True)
     if mode == "lost-reply":
         # The lost reply of a publishing put must be settled as a success.
         assert outcomes.get("ok->new", 0) >= 1, outcomes
@@ -1139,7 +1092,7 @@ def test_dataset_write_fault_at_every_store_call(ds_tables: Tables, overwrite: b
     outcomes = fault_each_call(
         name, ds_tables.kind, mode, lambda: prepare_dataset(ds_tables, overwrite), faulty_pds,
         lambda pds: pds.write_dataset(DS_NEW, DS_KEY, overwrite=overwrite),
-        lambda uri, where: check_after_dataset(uri, overwrite, where),
+        lambda p: check_after_dataset(p.uri, overwrite, p.where),
         7, truthful=True)  # HEAD, 3 parts, manifest, _SUCCESS, _COMMITTED
     if mode == "lost-reply":  # the lost reply of the manifest's conditional PUT: settled
         assert outcomes.get("ok->new", 0) >= 1, outcomes

@@ -1,7 +1,7 @@
 """Crash (and fail) at every store call of three newer operations, as
-test_crash_every_step.py does for the others (its ``fault_each_call``: count the
-calls, then one fault -- crash, lost reply, fail-before -- at each call in turn on a
-fresh table, check what is left, then re-run the operation without faults):
+test_crash_every_step.py does for the others (crash_harness.py's ``fault_each_call``:
+count the calls, then one fault -- crash, lost reply, fail-before -- at each call in
+turn on a fresh table, check what is left, then re-run the operation without faults):
 
 * **purge(expire=True) with exports** (caslake/export/erase.py ``erase_export_history``):
   afterwards the table is at the old version, the purge or its expiry marker, with
@@ -18,7 +18,7 @@ fresh table, check what is left, then re-run the operation without faults):
 
 Local store only: the outside readers cannot read a memory store, and the local
 store is the one with a staging area.  The tables are small (three data files) and
-each fault point starts from a hard-linked copy of one table (:class:`Template`), so
+each fault point starts from a hard-linked copy of one table (crash_harness.Template), so
 the rows cost about 45 s of CPU together (the erasure's 3 x 125 points nearly all).
 """
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -45,14 +44,13 @@ from caslake.store import open_store
 from caslake.store.local import TMP_DIR
 from tests.export.readers import caslake_rows, deltalake_rows, pyiceberg_rows
 from tests.maintenance.erasure import assert_erased, find_leaks
+from tests.reliability.crash_harness import MODES, Point, Template, fault_each_call
 from tests.reliability.test_crash_every_step import (
     EXPORT_PREFIXES,
     FAST,
     GC_LATER,
-    MODES,
     SCHEMA,
     all_keys,
-    fault_each_call,
     faulty_table,
     list_keys,
     referenced_keys,
@@ -134,26 +132,6 @@ def shown(got: pa.Table | str, states: dict[str, pa.Table]) -> str:
     return names[0]
 
 
-class Template:
-    """One table, built once at a fixed path and put back before every fault point
-    by hard links: the same path (the Iceberg export names absolute paths) and the
-    same inodes and mtimes (the same local ETags), so each point starts from exactly
-    the table the count run saw, without rebuilding it (a third of a point's time).
-    Sound because the local store never changes a file in place: every write is a
-    new file linked or renamed in, every delete an unlink."""
-
-    def __init__(self, tmp_path: Path, make: Callable[[str], object]) -> None:
-        self.work = tmp_path / "t"
-        self.saved = tmp_path / "template"
-        make(str(self.work))
-        shutil.copytree(self.work, self.saved, copy_function=os.link)
-
-    def fresh(self) -> str:
-        shutil.rmtree(self.work)
-        shutil.copytree(self.saved, self.work, copy_function=os.link)
-        return str(self.work)
-
-
 # --- 1. purge(expire=True) erasing the exports --------------------------------------------
 
 
@@ -161,7 +139,7 @@ class EraseCase:
     """The erasure row's table (see :func:`build`), its old and its erased rows."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.template = Template(tmp_path, build)
+        self.template = Template("local", build, tmp_path)
         uri = self.template.fresh()
         old = caslake_rows(caslake.open_table(uri))
         self.states = {"old": old, "erased": without_erased(old)}
@@ -171,21 +149,15 @@ class EraseCase:
         leaks = find_leaks(uri, [SECRET])
         for prefix in ("data/", "metadata/", "_delta_log/"):  # the exports' stats too
             assert any(leak.startswith(prefix) for leak in leaks), (prefix, leaks)
-        self.returned = False
-
-    def setup(self) -> str:
-        self.returned = False
-        return self.template.fresh()
 
     def run(self, t: Table) -> None:
         t.purge(ERASE, expire=True)
-        self.returned = True
 
-    def check(self, uri: str, where: str) -> str:
+    def check(self, p: Point) -> str:
         """The table: old, purged or expired, with old or erased rows; verify ok; each
         export reads as old or erased (never erased while the table is old).  Then
         a re-run finishes: no erased value stored anywhere, exports erased too."""
-        states = self.states
+        states, uri, where = self.states, p.uri, p.where
         store = open_store(uri)
         t = caslake.open_table(uri)
         assert t.version in (4, 5, 6), f"{where}: version {t.version}"
@@ -203,7 +175,7 @@ class EraseCase:
             assert got != ABSENT, f"{where}: the {fmt} export is gone"
             assert state != "old" or got == "old", f"{where}: {fmt} erased before the table"
             seen.append(f"{fmt}={got}")
-        if self.returned:  # a purge that returned finished everything
+        if p.outcome == "ok":  # a purge that returned finished everything
             assert state == "expired" and seen == ["delta=erased", "iceberg=erased"], (
                 f"{where}: returned, but table {state}, {seen}")
             assert_erased(uri, [SECRET])
@@ -227,7 +199,7 @@ class EraseCase:
 def test_purge_expire_with_exports_fault_at_every_store_call(tmp_path: Path,
                                                               mode: str) -> None:
     case = EraseCase(tmp_path)
-    outcomes = fault_each_call("purge-expire-exports", "local", mode, case.setup,
+    outcomes = fault_each_call("purge-expire-exports", "local", mode, case.template.fresh,
                                faulty_table, case.run, case.check, 60)
     # The middles were reached: purged, with an export not erased yet.
     assert any("->purged," in k and "=old" in k for k in outcomes), outcomes
@@ -254,7 +226,7 @@ class DropCase:
     def __init__(self, tmp_path: Path, fmt: str) -> None:
         self.fmt = fmt
         self.other = "iceberg" if fmt == "delta" else "delta"
-        self.template = Template(tmp_path, build)
+        self.template = Template("local", build, tmp_path)
         uri = self.template.fresh()
         self.before = caslake_rows(caslake.open_table(uri))
         for name in ("delta", "iceberg"):
@@ -262,15 +234,9 @@ class DropCase:
         self.keys = all_keys(open_store(uri))
         self.own = {k for k in self.keys if k.startswith(EXPORT_PREFIXES[fmt])}
         assert self.own
-        self.returned = False
-
-    def setup(self) -> str:
-        self.returned = False
-        return self.template.fresh()
 
     def run(self, t: Table) -> None:
         t.drop_export(self.fmt)
-        self.returned = True
 
     def readers(self, uri: str) -> list[tuple[str, Callable[[], pa.Table | str]]]:
         if self.fmt == "delta":
@@ -280,11 +246,11 @@ class DropCase:
                 ("pyiceberg pinned to v4", lambda: pyiceberg_rows(pinned, SCHEMA)),
                 ("pyiceberg guessing the version", lambda: guessed_iceberg_rows(uri))]
 
-    def check(self, uri: str, where: str) -> str:
+    def check(self, p: Point) -> str:
         """Each reader sees the export as before, or fails cleanly, or finds none;
         nothing but the export's own objects went; a re-run removes them all, and
         the table and the other export are as they were."""
-        before, keys_before, own = self.before, self.keys, self.own
+        before, keys_before, own, uri, where = self.before, self.keys, self.own, p.uri, p.where
         store = open_store(uri)
         keys = all_keys(store)
         assert keys_before - keys <= own, f"{where}: deleted {sorted(keys_before - keys - own)}"
@@ -300,7 +266,7 @@ class DropCase:
             seen.append(got)
         left = own & keys
         state = "old" if left == own else "dropped" if not left else "partial"
-        if self.returned:
+        if p.outcome == "ok":
             assert state == "dropped", f"{where}: drop_export returned, {len(left)} left"
         assert shown(export_rows(uri, self.other), {"before": before}) == "before", where
         t = caslake.open_table(uri)
@@ -319,8 +285,8 @@ class DropCase:
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_drop_export_fault_at_every_store_call(tmp_path: Path, fmt: str, mode: str) -> None:
     case = DropCase(tmp_path, fmt)
-    outcomes = fault_each_call(f"drop_export_{fmt}", "local", mode, case.setup, faulty_table,
-                               case.run, case.check, 4)
+    outcomes = fault_each_call(f"drop_export_{fmt}", "local", mode, case.template.fresh,
+                               faulty_table, case.run, case.check, 4)
     # Some fault points left the export partly deleted (the states a reader must survive).
     assert any(k.split("->")[1].startswith("partial") for k in outcomes), outcomes
 
@@ -350,21 +316,16 @@ def make_staged(uri: str) -> None:
 
 class StagedCase:
     def __init__(self, tmp_path: Path) -> None:
-        self.template = Template(tmp_path, make_staged)
-        self.returned = False
-
-    def setup(self) -> str:
-        self.returned = False
-        return self.template.fresh()
+        self.template = Template("local", make_staged, tmp_path)
 
     def run(self, t: Table) -> None:
         t.gc(now=datetime.now(UTC) + GC_LATER)
-        self.returned = True
 
-    def check(self, uri: str, where: str) -> str:
+    def check(self, p: Point) -> str:
         """The table reads the overwrite's rows and verifies, nothing referenced is
         missing; a gc that returned took the staging file; gc again (30 days
         ahead) removes it and every orphan."""
+        uri, where = p.uri, p.where
         store = open_store(uri)
         t = caslake.open_table(uri)
         assert t.version in (3, 4), f"{where}: version {t.version}"
@@ -375,7 +336,7 @@ class StagedCase:
         refs, _ = referenced_keys(store)
         assert refs <= list_keys(store), f"{where}: referenced but missing"
         staged = (Path(uri) / TMP_DIR / STAGED_NAME).exists()
-        assert not (self.returned and staged), f"{where}: gc returned, the file is there"
+        assert not (p.outcome == "ok" and staged), f"{where}: gc returned, the file is there"
         again = caslake.open_table(uri)
         again.commit_policy = FAST
         again.gc(now=datetime.now(UTC) + GC_LATER)
@@ -390,7 +351,7 @@ class StagedCase:
 @pytest.mark.parametrize("mode", MODES)
 def test_gc_staging_fault_at_every_store_call(tmp_path: Path, mode: str) -> None:
     case = StagedCase(tmp_path)
-    outcomes = fault_each_call("gc-staging", "local", mode, case.setup, faulty_table,
+    outcomes = fault_each_call("gc-staging", "local", mode, case.template.fresh, faulty_table,
                                case.run, case.check, 5)
     # Points before gc's delete_staged left the file (then a re-run took it).
     assert any(k.endswith(",staged") for k in outcomes), outcomes
