@@ -513,6 +513,16 @@ def check_after_gc(uri: str, where: str) -> str:
     return state
 
 
+def fault_every_call(name: str, kind: str, mode: str, setup: Callable[[], str],
+                     run: Callable[[Table], object], check: Callable[[str, str], str],
+                     min_calls: int) -> dict[str, int]:
+    """:func:`fault_each_call` for an operation of a table opened by
+    :func:`faulty_table`, with a ``check(uri, where)`` (the maintenance rows of
+    tests/maintenance and tests/partition use it)."""
+    return fault_each_call(name, kind, mode, setup, faulty_table, run,
+                           lambda p: check(p.uri, p.where), min_calls)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_gc_fault_at_every_store_call(tables: Tables, mode: str) -> None:
     base = BaseTable(tables, _gc_extra)
