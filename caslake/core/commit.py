@@ -43,7 +43,6 @@ from typing import TypeVar
 
 from caslake.core.changes import Changes, Requirement, apply_changes
 from caslake.core.group import (
-    MARGIN_MS,
     GroupWrite,
     Intent,
     IntentReader,
@@ -283,8 +282,10 @@ class _Joined:
     requirements: tuple[Requirement, ...]
     since: int
 
+    margin_ms: int
+
     def closing(self, now: int) -> bool:
-        return now >= self.intent.deadline_ms - MARGIN_MS
+        return now >= self.intent.deadline_ms - self.margin_ms
 
 
 @dataclass(frozen=True)
@@ -304,12 +305,12 @@ def _join_group(io: MetadataIO, key: str, group: GroupWrite,
     still have landed, so the commit stays on the group path either way (its own
     folds carry it; others may too)."""
     pointer, _ = io.read_pointer(key)
-    reader = IntentReader(io, key)
+    reader = IntentReader(io, key, policy.intent_margin_ms)
     intent = new_intent(key, group, commit_id=commit_id, table_id=pointer.table_id,
                         now_ms=now_ms(), ttl_ms=policy.intent_ttl_ms)
     publish(io, intent)
     return _Joined(intent, reader, fold_prepare(io, intent, reader, now_ms),
-                   (*requirements, _OwnWrite(group)), pointer.version)
+                   (*requirements, _OwnWrite(group)), pointer.version, policy.intent_margin_ms)
 
 
 def _expiry_marker(intent: Intent, base: Snapshot) -> Changes:

@@ -44,12 +44,14 @@ from caslake.format.manifest import (
     parse_data_file,
     parse_table_schema,
 )
+from caslake.format.partition import Partitioning
 from caslake.format.schema import TableSchema
 
 INTENT_PREFIX = "_intents/"
 INTENT_FORMAT = "caslake-intent"
-#: A folder never applies an intent this close to its deadline (ms): room for the
-#: manifest and pointer writes to land before it.
+#: A folder never applies an intent this close to its deadline (ms), by default
+#: (``CommitPolicy.intent_margin_ms``): room for the manifest and pointer writes to
+#: land before it.  Liveness only: the deadline rule itself is on commit times.
 MARGIN_MS = 2_000
 #: The bound on clock skew between writers (ms): a folder looks this far back
 #: before an intent's creation for a version that already applied it.
@@ -123,8 +125,9 @@ def deadline_of(key: str) -> int | None:
     return int(head) if sep and len(head) == 13 and head.isdigit() else None
 
 
-def parse_intent(data: bytes, key: str) -> Intent:
-    """An intent object, checked; any defect is CorruptMetadata naming ``key``."""
+def parse_intent(data: bytes, key: str, partitioning: Partitioning | None = None) -> Intent:
+    """An intent object, checked; any defect is CorruptMetadata naming ``key``.
+    ``partitioning``: the table's partition specs, which a file's partition names."""
     try:
         doc = json.loads(data)
         if not isinstance(doc, dict) or doc.get("format") != INTENT_FORMAT:
@@ -133,7 +136,8 @@ def parse_intent(data: bytes, key: str) -> Intent:
             raise CorruptMetadata(key, f"unknown intent format_version "
                                        f"{doc.get('format_version')!r}")
         schema = parse_table_schema(doc["schema"], source=f"{key}: schema")
-        files = tuple(parse_data_file(raw, schema, source=f"{key}: files[{i}]")
+        files = tuple(parse_data_file(raw, schema, source=f"{key}: files[{i}]",
+                                      partitioning=partitioning)
                       for i, raw in enumerate(doc["files"]))
         started = doc["started_at_ms"]
         intent = Intent(key, _str(doc, "table_id"), _str(doc, "pointer_key"),
@@ -182,20 +186,21 @@ def publish(io: MetadataIO, intent: Intent) -> bool:
         return False
 
 
-def foldable(intent: Intent, base: Snapshot, now_ms: int) -> bool:
+def foldable(intent: Intent, base: Snapshot, now_ms: int, margin_ms: int = MARGIN_MS) -> bool:
     """The deadline rule: ``base`` was created before the deadline and the folder's
-    clock is at least ``MARGIN_MS`` before it."""
+    clock is at least ``margin_ms`` before it."""
     return (base.manifest.created_at_ms < intent.deadline_ms
-            and now_ms < intent.deadline_ms - MARGIN_MS)
+            and now_ms < intent.deadline_ms - margin_ms)
 
 
 class IntentReader:
     """Pending intents of one table and ref, as a folder sees them; parsed intents
     are cached by key (an intent object is never rewritten)."""
 
-    def __init__(self, io: MetadataIO, pointer_key: str) -> None:
+    def __init__(self, io: MetadataIO, pointer_key: str, margin_ms: int = MARGIN_MS) -> None:
         self._io = io
         self._pointer_key = pointer_key
+        self._margin_ms = margin_ms
         # (intent,) or (None,) for one a folder skips: a tuple, so a miss is None
         self._parsed: LruCache[str, tuple[Intent | None]] = LruCache(4096)
         self.pending_seen = 0  # how many live intents the last listing showed
@@ -207,21 +212,23 @@ class IntentReader:
         out: list[Intent] = []
         for meta in self._io.store.list(INTENT_PREFIX):
             deadline = deadline_of(meta.key)
-            if deadline is None or deadline - MARGIN_MS <= now_ms or (
+            if deadline is None or deadline - self._margin_ms <= now_ms or (
                     deadline <= base.manifest.created_at_ms):
                 continue
-            intent = self._load(meta.key, base.manifest.table_id)
-            if intent is not None and foldable(intent, base, now_ms):
+            intent = self._load(meta.key, base)
+            if intent is not None and foldable(intent, base, now_ms, self._margin_ms):
                 out.append(intent)
         self.pending_seen = len(out)
         return sorted(out, key=lambda i: (i.deadline_ms, i.key))
 
-    def _load(self, key: str, table_id: str) -> Intent | None:
+    def _load(self, key: str, base: Snapshot) -> Intent | None:
+        table_id = base.manifest.table_id
         hit = self._parsed.get(key)
         if hit is not None:
             return hit[0]
         try:
-            intent: Intent | None = parse_intent(self._io.store.get(key).data, key)
+            intent: Intent | None = parse_intent(self._io.store.get(key).data, key,
+                                                 base.manifest.partitioning)
         except CorruptMetadata as e:
             warnings.warn(IntentSkipped(f"skipped intent {key!r}: {e.reason}"), stacklevel=2)
             intent = None

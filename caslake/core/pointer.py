@@ -74,9 +74,12 @@ class CommitPolicy:
     # Group commit (docs/protocol.md, "Group commit"): an append that loses a race
     # publishes an intent and folds with the other writers.  Off by default while
     # it is new; ``intent_ttl_ms`` is an intent's deadline after its publication,
-    # ``group_poll_s`` the base wait between folds.
+    # ``intent_margin_ms`` how close to it a folder stops applying it (liveness: room
+    # for the writes; the deadline rule itself is on commit times), ``group_poll_s``
+    # the base wait between folds.
     group_commit: bool = False
     intent_ttl_ms: int = 20_000
+    intent_margin_ms: int = 2_000
     group_poll_s: float = 0.02
 
 
