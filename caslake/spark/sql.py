@@ -41,7 +41,12 @@ def register_table(spark: SparkSession, name: str, uri: str, *, version: int | N
 
     Registering the same name again replaces the view (e.g. after new writes).
     ``name`` must be a plain SQL identifier (:class:`InvalidArgument` otherwise); a
-    missing table or version raises caslake's own error, before Spark is asked."""
+    missing table or version raises caslake's own error, before Spark is asked.
+
+    Examples:
+        >>> caslake.spark.register_table(spark, "orders", "/data/orders")  # doctest: +SKIP
+        >>> spark.sql("select count(*) from orders").collect()  # doctest: +SKIP
+    """
     if not isinstance(name, str) or not _VIEW_NAME.match(name):
         raise InvalidArgument(f"view name {name!r} is not a plain SQL identifier "
                               "(letters, digits and _, not starting with a digit)")
