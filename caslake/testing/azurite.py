@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from caslake.store.options import StorageOptions
-from caslake.testing.moto_server import free_port, wait_for_port
+from caslake.testing.moto_server import start_on_free_port, stop_process
 
 #: The npm package pinned by the Makefile's ``emulators`` step.
 AZURITE_VERSION = "3.37.0"
@@ -49,18 +49,20 @@ def run_azurite(timeout: float = 60.0) -> Iterator[str]:
     binary = azurite_binary()
     if binary is None:
         raise RuntimeError("Azurite is not installed: run `make install` (npm, into build/node)")
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(port),
-         "--inMemoryPersistence", "--skipApiVersionCheck", "--loose", "--silent"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+
+    def start(port: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+             "--inMemoryPersistence", "--skipApiVersionCheck", "--loose", "--silent"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    port, proc = start_on_free_port(start, "Azurite", timeout)
     try:
-        wait_for_port(port, proc, timeout)
         yield f"http://127.0.0.1:{port}/{ACCOUNT}"
     finally:
-        proc.kill()  # in memory: nothing to flush, and SIGTERM takes Azurite ~10 s
-        proc.wait(timeout=10)
+        # in memory: nothing to flush, and SIGTERM takes Azurite ~10 s
+        stop_process(proc, kill=True)
 
 
 def create_container(endpoint: str, name: str) -> None:
