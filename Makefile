@@ -41,8 +41,13 @@ typecheck: $(STAMP) ## mypy --strict on the package
 docs: $(STAMP) ## the documentation site (mkdocs.yml, API reference from docstrings) into build/site, --strict
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
-unit: $(STAMP) emulators ## every test (starts its own moto S3 server and Azurite)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25
+# The suite mostly waits (JVM start, subprocesses, moto, sleeps): two pytest-xdist
+# workers, each with its own moto, Azurite and SparkSession. `make unit WORKERS=0` runs
+# it in one process.  Tests marked xdist_group("<name>") share one worker (loadgroup).
+WORKERS ?= 2
+
+unit: $(STAMP) emulators ## every test, on $(WORKERS) workers (each starts its own moto S3 server and Azurite)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadgroup --durations=25
 
 test: lint typecheck docs unit ## lint, type checks, the docs site and every test
 

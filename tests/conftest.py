@@ -11,6 +11,11 @@
 * ``azurite`` -- session-scoped Azurite blob service (npm, installed by
   ``make install`` under build/node); ``azure_options``, ``azure_uri`` (a fresh
   container per test).  The "azure" store kind uses them.
+
+Under pytest-xdist (``make unit``: ``-n 2 --dist loadgroup``) each worker is its own
+session: its own moto server, Azurite and SparkSession, on free ports.  Tests marked
+``slow`` (many processes, or a process with its own JVM) share one worker: two of them
+never run at once, so none of them races another for the two cores.
 """
 
 from __future__ import annotations
@@ -33,6 +38,39 @@ STORE_KINDS = ["memory", "local", "s3"]
 #: Every backend, emulators included: the store conformance suite runs on these
 #: (tests/store/test_conformance.py overrides ``store_kind`` with them).
 ALL_STORE_KINDS = [*STORE_KINDS, "azure"]
+
+
+#: The xdist group (``--dist loadgroup``) of every test marked ``slow``.
+PROCESSES_GROUP = "processes"
+
+
+def _join_group(item: pytest.Item, group: str) -> None:
+    """Mark ``item`` for xdist group ``group`` and give its node id the ``@group``
+    suffix that xdist's loadgroup scheduler reads.  xdist 3.8's worker writes that
+    suffix into ``item._nodeid``, which pytest 9.2 no longer reads (it keeps the id
+    in ``item._id``): the groups were silently ignored (pytest-xdist issue 1386), so
+    the suffix is written here, into whichever field this pytest has."""
+    item.add_marker(pytest.mark.xdist_group(group))
+    nodeid = f"{item.nodeid}@{group}"
+    if item.nodeid.endswith(f"@{group}"):
+        return
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import coerce_node_id
+        item._id = coerce_node_id(nodeid)
+    else:
+        item._nodeid = nodeid
+    assert item.nodeid == nodeid, "pytest keeps node ids elsewhere: loadgroup would not group"
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's own hook, which sets no group here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup``, put every ``slow`` test (multi-process or
+    long-running) in one xdist group: one worker runs them one after another."""
+    if not getattr(config.option, "loadgroup", False):  # set on xdist workers only
+        return
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            _join_group(item, PROCESSES_GROUP)
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import pytest
 
 import caslake
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]  # its own process and JVM
 
 ROOT = Path(__file__).resolve().parents[2]
 # The one line Spark 4's JVM always prints at start; the demo says what it is first.
