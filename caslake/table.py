@@ -553,9 +553,9 @@ class Table(ArrowExport):
             return noop_result(ctx, operation, start, started=started, commit_id="")
         prepare = write_prepare(operation, files, remove_all=remove_all, txn=txn,
                                 params=params)
-        # A plain append does not depend on the base: it may join a group commit.
-        group = (GroupWrite(operation, tuple(files), schema, None)
-                 if not remove_all and txn is None and merged is None else None)
+        # An append does not depend on the base: it may join a group commit.
+        group = (GroupWrite(operation, tuple(files), schema, None, txn)
+                 if not remove_all and merged is None else None)
         return run_operation(
             ctx, operation, lambda base: with_schema(prepare(base), merged), group=group,
             # A merge-mode append changes the schema itself: even a concurrent
@@ -622,10 +622,13 @@ class Table(ArrowExport):
 
         return update(self.context, set, where, read_version=read_version)
 
-    def transaction(self, *, read_version: int | None = None) -> Transaction:
+    def transaction(self, *, read_version: int | None = None,
+                    txn: tuple[str, int] | None = None) -> Transaction:
         """``with table.transaction() as tx: tx.delete(...); tx.append(...)`` commits
         everything as one version on a clean exit, nothing if the block raises.
-        ``read_version``: see :meth:`upsert`.
+        ``read_version``: see :meth:`upsert`.  ``txn``: an idempotency token
+        ``(app_id, version)``, as for :meth:`append`: the block is a no-op once the
+        table records that app id at that version or a later one.
 
         Examples:
             >>> with t.transaction() as tx:
@@ -634,7 +637,7 @@ class Table(ArrowExport):
             >>> t.version  # both in one commit
             2
         """
-        return Transaction(self.context, read_version=read_version)
+        return Transaction(self.context, read_version=read_version, txn=txn)
 
     def describe(self) -> dict[str, Any]:
         """The latest version at a glance: schema, files, rows, deleted rows, bytes,

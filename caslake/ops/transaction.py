@@ -26,6 +26,7 @@ from caslake.core import (
     CommitResult,
     Condition,
     FilesUntouchedSince,
+    GroupWrite,
     KeyCondition,
     PredicateCondition,
     ReadSetUnchanged,
@@ -206,8 +207,12 @@ class Transaction:
                 changes = Changes(operation, params=dict(self._params))  # record the txn
             return None if changes is None else replace(changes, txn=self._txn)
 
+        # Appends only: the commit does not depend on the base, so it may join a
+        # group commit (deletes and upserts re-plan on each base: classic loop).
+        group = (GroupWrite(operation, files, ctx.snapshot.manifest.schema, None, self._txn)
+                 if files and not conditions and self._read_version is None else None)
         self.result = run_operation(ctx, operation, prepare, requirements=requirements,
-                                    started=self._started, commit_id=commit_id)
+                                    started=self._started, commit_id=commit_id, group=group)
         return self.result
 
     def abort(self) -> None:
