@@ -150,22 +150,33 @@ class S3Settings:
                 f"allow_http={self.allow_http}, virtual_hosted_style={self.virtual_hosted_style})")
 
 
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` -> ``("bucket", "some/prefix")``; StoreConfigError if bad."""
-    if not uri.startswith(SCHEME):
-        raise StoreConfigError(f"not an s3:// URI: {uri!r}")
-    rest = uri[len(SCHEME):]
+def split_bucket_uri(uri: str, scheme: str, name: str, bucket_re: re.Pattern[str],
+                     rule: str = "") -> tuple[str, str]:
+    """``{scheme}bucket/some/prefix`` -> ``("bucket", "some/prefix")`` for a store
+    called ``name`` ("S3", "GCS") whose bucket names match ``bucket_re`` (``rule``
+    says how, in the error); StoreConfigError naming the URI if it is malformed."""
+    if not uri.startswith(scheme):
+        raise StoreConfigError(f"not an {scheme} URI: {uri!r}" if name == "S3"
+                               else f"not a {scheme} URI: {uri!r}")
+    rest = uri[len(scheme):]
     if "?" in rest or "#" in rest:
-        raise StoreConfigError(f"S3 URI {uri!r} must not carry a query or fragment")
+        raise StoreConfigError(f"{name} URI {uri!r} must not carry a query or fragment")
     bucket, _, prefix = rest.partition("/")
     if not bucket:
-        raise StoreConfigError(f"S3 URI {uri!r} names no bucket (expected s3://bucket/prefix)")
-    if not _BUCKET_RE.match(bucket):
-        raise StoreConfigError(f"S3 URI {uri!r} has an invalid bucket name {bucket!r}")
+        raise StoreConfigError(
+            f"{name} URI {uri!r} names no bucket (expected {scheme}bucket/prefix)")
+    if not bucket_re.match(bucket):
+        raise StoreConfigError(f"{name} URI {uri!r} has an invalid bucket name {bucket!r}"
+                               + (f" ({rule})" if rule else ""))
     segments = [seg for seg in prefix.split("/") if seg]
     if any(seg in (".", "..") for seg in segments):
-        raise StoreConfigError(f"S3 URI {uri!r} has a '.' or '..' segment in its prefix")
+        raise StoreConfigError(f"{name} URI {uri!r} has a '.' or '..' segment in its prefix")
     return bucket, "/".join(segments)
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix`` -> ``("bucket", "some/prefix")``; StoreConfigError if bad."""
+    return split_bucket_uri(uri, SCHEME, "S3", _BUCKET_RE)
 
 
 def _as_bool(name: str, value: OptionValue, uri: str) -> bool:

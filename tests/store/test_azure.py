@@ -1,25 +1,19 @@
 """Azure Blob (caslake.store.azure) on Azurite: the emulator's conditional requests,
-URI and credential resolution, one-line configuration errors, and a table round
-trip compared with pyarrow reading the files from the container.
+URI and credential resolution, one-line configuration errors.
 
-The store contract itself runs in tests/store/test_conformance.py (kind "azure").
+The store contract itself runs in tests/store/test_conformance.py (kind "azure"); the
+table round trip in tests/store/test_cloud_tables.py.
 """
 
 from __future__ import annotations
 
-import io
-
 import obstore
 import obstore.exceptions as obx
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 from obstore.store import AzureStore
 
-import caslake
-from caslake.errors import StoreCapabilityUnsupported, StoreConfigError
-from caslake.store import CopyFrom, open_store
+from caslake.errors import StoreConfigError
+from caslake.store import open_store
 from caslake.store.azure import AzureBlobStore, resolve_azure_settings
 from caslake.testing import azurite as az
 from tests.conftest import make_container
@@ -114,48 +108,3 @@ def test_refused_credentials_and_missing_places_are_one_line_errors(
         with pytest.raises(StoreConfigError) as info:
             call()
         assert names in str(info.value) and "\n" not in str(info.value)
-
-
-def test_compose_reports_it_cannot_copy_ranges(azure_uri: str,
-                                               azure_options: dict[str, str]) -> None:
-    store = open_store(azure_uri, azure_options)  # type: ignore[arg-type]
-    etag = store.put("src", b"x" * 10)
-    with pytest.raises(StoreCapabilityUnsupported):
-        store.compose("dst", [CopyFrom("src", 0, 10, etag)])
-    assert not store.exists("dst")
-
-
-# --- a table on Azurite, read back by pyarrow ----------------------------------------
-
-
-def _rows(start: int, n: int) -> pa.Table:
-    ids = pa.array(range(start, start + n), pa.int64())
-    return pa.table({"id": ids, "name": pc.cast(ids, pa.string()),
-                     "score": pc.multiply(pc.cast(ids, pa.float64()), 0.5)})
-
-
-def test_table_round_trip_matches_pyarrow_reading_the_blobs(
-        azure_uri: str, azure_options: dict[str, str]) -> None:
-    t = caslake.create_table(azure_uri, _rows(0, 0).schema, storage_options=azure_options)
-    t.append(_rows(0, 100))
-    t.append(_rows(100, 50))
-    t.delete("id < 20")
-    everything = pa.concat_tables([_rows(0, 100), _rows(100, 50)])
-    expected = everything.filter(pc.greater_equal(everything["id"], 20))
-
-    again = caslake.open_table(azure_uri, storage_options=azure_options)
-    assert again.scan().to_arrow().sort_by("id").equals(expected)
-    assert again.scan(version=2).to_arrow().sort_by("id").equals(everything)
-    assert again.scan(version=1).count() == 100
-
-    # pyarrow reads every live file straight from the container; the rows the
-    # table hides (its deletes) are exactly the ones deleted.
-    store = open_store(azure_uri, azure_options)  # type: ignore[arg-type]
-    files = again.live_files()
-    read = pa.concat_tables([pq.read_table(io.BytesIO(store.get(f["path"]).data))
-                             for f in files])
-    assert read.num_rows == sum(f["rows"] for f in files)
-    hidden = sum(f["deleted_rows"] for f in files)
-    visible = read.filter(pc.greater_equal(read["id"], 20)).sort_by("id")
-    assert read.num_rows - hidden == visible.num_rows == expected.num_rows
-    assert visible.select(expected.column_names).equals(expected)
