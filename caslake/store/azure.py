@@ -25,7 +25,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from obstore.store import AzureStore as _ObstoreAzure
 
@@ -236,6 +236,13 @@ class AzureBlobStore(ObstoreStore):
 
     def __repr__(self) -> str:
         return f"AzureBlobStore({self.uri!r}, account={self.settings.account!r})"
+
+    def reopen_options(self) -> StorageOptions:
+        s = self.settings
+        found = {"account_name": s.account, "account_key": s.account_key,
+                 "sas_token": s.sas_token, "endpoint_url": s.endpoint_url,
+                 "allow_http": "true" if s.allow_http else None}
+        return cast(StorageOptions, {k: v for k, v in found.items() if v is not None})
 
     def _make_obstore(self) -> _ObstoreAzure:
         s = self.settings

@@ -34,7 +34,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from caslake.errors import (
     AlreadyExists,
@@ -315,6 +315,15 @@ class GcsStore(ObstoreStore):
 
     def __repr__(self) -> str:
         return f"GcsStore({self.uri!r}, endpoint={self.settings.endpoint_url!r})"
+
+    def reopen_options(self) -> StorageOptions:
+        """(Application-default credentials are not passed: each process finds its own.)"""
+        s = self.settings
+        found = {"endpoint_url": s.endpoint_url, "project_id": s.project,
+                 "service_account_path": s.service_account_path,
+                 "service_account_key": s.service_account_key,
+                 "anonymous": "true" if s.anonymous else None}
+        return cast(StorageOptions, {k: v for k, v in found.items() if v is not None})
 
     def _make_obstore(self) -> Any:
         """The google-cloud-storage bucket every request goes to (the name is the base

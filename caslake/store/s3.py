@@ -489,6 +489,11 @@ class ObstoreStore(ObjectStore):
     def _where(self) -> str:
         return self.uri
 
+    def reopen_options(self) -> StorageOptions:
+        """Storage options that open this store again from :attr:`uri` in another
+        process (Spark executors): the settings it resolved, secrets included."""
+        raise NotImplementedError
+
     def _map(self, exc: BaseException, op: Op, key: str | None) -> CaslakeError:
         return map_obstore_error(exc, op=op, key=key, where=self._where(),
                                  credentials_help=self.credentials_help,
@@ -745,6 +750,14 @@ class S3Store(ObstoreStore):
 
     def __repr__(self) -> str:
         return f"S3Store({self.uri!r}, endpoint={self.settings.endpoint_url!r})"
+
+    def reopen_options(self) -> StorageOptions:
+        s = self.settings
+        found = {"endpoint_url": s.endpoint_url, "region": s.region,
+                 "access_key_id": s.access_key_id, "secret_access_key": s.secret_access_key,
+                 "session_token": s.session_token,
+                 "allow_http": "true" if s.allow_http else None}
+        return cast(StorageOptions, {k: v for k, v in found.items() if v is not None})
 
     def _make_obstore(self) -> _ObstoreS3:
         s = self.settings
