@@ -33,7 +33,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
 from caslake.errors import (
@@ -89,7 +89,6 @@ _OPTION_ALIASES: dict[str, str] = {
     "endpoint": "endpoint_url",
     "anonymous": "anonymous",
     "max_retries": "max_retries",
-    "retry_timeout": "retry_timeout",
     "connect_timeout": "connect_timeout",
     "request_timeout": "request_timeout",
 }
@@ -123,8 +122,7 @@ class GcsSettings:
     anonymous: bool
     service_account_path: str | None
     service_account_key: str | None
-    max_retries: int = 3
-    retry_timeout: float = 20.0
+    max_retries: int | None = None  # the Retrier's, when given (the library's are off)
     connect_timeout: float = 5.0
     request_timeout: float = 120.0
 
@@ -183,8 +181,7 @@ def resolve_gcs_settings(uri: str, storage_options: StorageOptions | None = None
         project=text("project_id") or env.get("GOOGLE_CLOUD_PROJECT") or None,
         endpoint_url=endpoint, anonymous=anonymous,
         service_account_path=path, service_account_key=key,
-        max_retries=int(numbers.get("max_retries", defaults.max_retries)),
-        retry_timeout=numbers.get("retry_timeout", defaults.retry_timeout),
+        max_retries=int(numbers["max_retries"]) if "max_retries" in numbers else None,
         connect_timeout=numbers.get("connect_timeout", defaults.connect_timeout),
         request_timeout=numbers.get("request_timeout", defaults.request_timeout),
     )
@@ -353,6 +350,8 @@ class GcsStore(ObstoreStore):
             raise StoreConfigError(
                 f"cannot configure GCS store for {self.uri!r}: {exc}") from exc
         self._timeout = (s.connect_timeout, s.request_timeout)
+        if s.max_retries is not None:
+            self.retrier.policy = replace(self.retrier.policy, attempts=s.max_retries + 1)
         return self._client.bucket(s.bucket)
 
     def _map(self, exc: BaseException, op: Op, key: str | None) -> CaslakeError:

@@ -104,9 +104,10 @@ class StorageOptions(TypedDict, total=False):
     virtual_hosted_style: bool | str
     #: Alias of ``virtual_hosted_style``.
     virtual_hosted_style_request: bool | str
-    #: Retries of one request by obstore.  No env; default 3.
+    #: Retries of one request by obstore (GCS: by caslake's own retries; the
+    #: client library's are off).  No env; default 3.
     max_retries: int | str
-    #: Whole retry budget of one request, in seconds.  No env; default 20.
+    #: Whole retry budget of one request, in seconds (S3 and Azure).  No env; default 20.
     retry_timeout: float | str
     #: Connection timeout, in seconds.  No env; default 5.
     connect_timeout: float | str

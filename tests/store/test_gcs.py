@@ -97,6 +97,9 @@ def test_settings_come_from_options_then_the_environment(tmp_path: Path) -> None
         "mine", "https://x.test", False, str(key))
     s = resolve_gcs_settings("gs://bkt/p", {"service_account_key": '{"secret": 1}'}, {})
     assert s.service_account_path is None and "secret" not in repr(s)
+    # The library's retries are off: max_retries sets caslake's own.
+    store = GcsStore("gs://bkt/p", {"anonymous": "true", "max_retries": "1"}, environ={})
+    assert store.retrier.policy.attempts == 2
 
 
 @pytest.mark.parametrize(("opts", "names"), [
@@ -106,6 +109,7 @@ def test_settings_come_from_options_then_the_environment(tmp_path: Path) -> None
      "service_account_key"),
     ({"anonymous": "maybe"}, "anonymous"),
     ({"region": "eu"}, "region"),
+    ({"retry_timeout": "5"}, "retry_timeout"),
 ])
 def test_bad_settings_are_one_line_config_errors(opts: dict[str, str], names: str) -> None:
     with pytest.raises(StoreConfigError) as info:
