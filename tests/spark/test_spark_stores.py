@@ -1,5 +1,6 @@
 """Spark on the cloud stores' emulators (Azurite, fake-gcs-server): the ``caslake``
-data source writes and reads an ``az://`` and a ``gs://`` table, a dataset is written
+data source writes and reads an ``az://`` and a ``gs://`` table, Spark's distributed
+delete removes rows from it, a dataset is written
 by executors handed the store object (its URI and reopen options), and
 ``read_native``, whose Hadoop connectors are not bundled, refuses in one typed line.
 Results are compared with pyarrow reading the objects the table references."""
@@ -38,7 +39,9 @@ def test_data_source_and_dataset_round_trip(
     for lo, hi in ((0, 40), (40, 60)):
         as_df(spark, rows(lo, hi)).coalesce(1).write.format("caslake").options(
             **opts).mode("append").save(uri)
-    caslake.open_table(uri, storage_options=options).delete("id < 5")  # type: ignore[arg-type]
+    deleted = caslake.spark.delete(spark, uri, "id < 5",
+                                   storage_options=options)  # type: ignore[arg-type]
+    assert deleted.rows_deleted == 5
     got = spark.read.format("caslake").options(**opts).load(uri).toPandas()
 
     # pyarrow reads the referenced files from the store, less the deleted rows.
