@@ -1,6 +1,6 @@
 """Tables on the cloud stores' emulators (Azurite, fake-gcs-server): a round trip
 (create, appends, a delete, scans, time travel) compared with pyarrow reading the
-objects straight from the container or bucket; compose, which neither can splice."""
+objects straight from the container or bucket."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import caslake
-from caslake.errors import StoreCapabilityUnsupported
-from caslake.store import CopyFrom, ObjectStore, open_store
+from caslake.store import open_store
 from tests.conftest import kind_params
 
 CLOUD_KINDS = kind_params(["azure", "gcs"])
@@ -57,10 +56,3 @@ def test_table_round_trip_matches_pyarrow_reading_the_objects(
     assert read.num_rows - hidden == visible.num_rows == expected.num_rows
     assert visible.select(expected.column_names).equals(expected)
 
-
-def test_compose_reports_it_cannot_copy_ranges(any_store: ObjectStore) -> None:
-    """Neither store can copy byte ranges server-side yet, so purge rewrites."""
-    etag = any_store.put("src", b"x" * 10)
-    with pytest.raises(StoreCapabilityUnsupported):
-        any_store.compose("dst", [CopyFrom("src", 0, 10, etag)])
-    assert not any_store.exists("dst")

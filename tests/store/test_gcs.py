@@ -22,10 +22,11 @@ from caslake.errors import (
     NotFound,
     PreconditionFailed,
     PutOutcomeUnknown,
+    StoreCapabilityUnsupported,
     StoreConfigError,
     TransientStoreError,
 )
-from caslake.store import IfMatch, PutMode, open_store
+from caslake.store import CopyFrom, IfMatch, PutMode, open_store
 from caslake.store.gcs import GcsStore, Throttled, resolve_gcs_settings
 from caslake.store.retry import RetryPolicy
 from caslake.testing import gcs_emulator
@@ -139,6 +140,15 @@ def test_a_missing_bucket_is_a_one_line_error(fake_gcs: str,
             call()
         assert "bucket 'no-such-bucket' does not exist" in str(info.value)
         assert "\n" not in str(info.value)
+
+
+def test_compose_reports_it_cannot_copy_ranges(gcs_uri: str,
+                                               gcs_options: dict[str, str]) -> None:
+    store = open_store(gcs_uri, gcs_options)  # type: ignore[arg-type]
+    etag = store.put("src", b"x" * 10)
+    with pytest.raises(StoreCapabilityUnsupported):
+        store.compose("dst", [CopyFrom("src", 0, 10, etag)])
+    assert not store.exists("dst")
 
 
 # --- wire faults: 429 and 503 (a cut connection: tests/store/test_cloud_races.py) -----
