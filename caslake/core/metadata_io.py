@@ -3,7 +3,10 @@
 Owns: GET of the pointer (``_latest_manifest`` for ``main``; the key is a
 parameter, so a ref can have its own) and ``manifest/*``, resolution of segment
 references into a live file list, and time travel by version or timestamp
-through the ancestors' skip pointers (O(log n) manifest GETs).
+through the ancestors' skip pointers (O(log n) manifest GETs), and what readers
+see of a multi-table transaction's *staged* version (:meth:`MetadataIO.visible`:
+the version if its record says committed, else its parent's contents;
+docs/protocol.md, "Multi-table transactions").
 Never writes.
 """
 
@@ -11,19 +14,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from caslake.core.cache import LruCache
 from caslake.core.segments import MightMatch, iter_segment_files, segment_files
+from caslake.core.siblings import store_at
 from caslake.errors import CorruptMetadata, NotFound, TableNotFound, VersionNotFound
 from caslake.format.keys import POINTER_KEY
 from caslake.format.manifest import (
+    ABORTED,
+    COMMITTED,
+    PENDING,
     DataFile,
     Manifest,
     Pointer,
     SegmentRef,
+    TransactionRef,
+    TxnRecord,
     parse_manifest,
     parse_pointer,
+    parse_txn_record,
+    txn_record_key,
 )
 from caslake.store.base import ObjectStore
 
@@ -46,6 +57,7 @@ class MetadataIO:
         self.store = store
         self.pointer_key = pointer_key  # the ref this IO reads by default
         self._cache: LruCache[str, Manifest] = LruCache(cache_size)  # keys are never reused
+        self._decided: dict[str, TxnRecord] = {}  # decided transaction records never change
 
     # --- pointer and manifests -------------------------------------------------
 
@@ -81,8 +93,65 @@ class MetadataIO:
             return list(pool.map(self.load_manifest, keys))
 
     def latest(self, pointer_key: str | None = None) -> Snapshot:
+        """The version readers see at the head of the ref (:meth:`visible`)."""
         pointer, _ = self.read_pointer(pointer_key)
-        return self.snapshot_for_pointer(pointer)
+        return self.visible(self.snapshot_for_pointer(pointer))
+
+    # --- multi-table transactions (read side) ----------------------------------------
+
+    def txn_record(self, ref: TransactionRef) -> tuple[TxnRecord, str | None]:
+        """The record deciding a staged version, and its ETag (None when it came from
+        the cache of decided records).  A missing record is CorruptMetadata."""
+        cached = self._decided.get(ref.id)
+        if cached is not None:
+            return cached, None
+        key = txn_record_key(ref.id)
+        try:
+            res = store_at(self.store, ref.record).get(key)
+        except NotFound:
+            raise CorruptMetadata(f"{ref.record}/{key}", "the record of a staged version is "
+                                  "missing") from None
+        record = parse_txn_record(res.data, key)
+        if record.id != ref.id:
+            raise CorruptMetadata(key, f"the record is transaction {record.id}'s")
+        if record.state != PENDING:
+            self._decided[ref.id] = record
+        return record, res.etag
+
+    def visible(self, snap: Snapshot) -> Snapshot:
+        """What readers see of ``snap``: itself unless it is a staged version whose
+        transaction is not committed -- then its parent while the record is
+        pending, and :meth:`rolled_back` once it is aborted.  One record GET per
+        staged version met (none for a version without ``transaction``)."""
+        while snap.manifest.transaction is not None:
+            record, _ = self.txn_record(snap.manifest.transaction)
+            if record.state == COMMITTED:
+                return snap
+            if record.state == ABORTED:
+                return self.rolled_back(snap)
+            snap = self.parent(snap)
+        return snap
+
+    def parent(self, snap: Snapshot) -> Snapshot:
+        """The version before ``snap`` (VersionNotFound for version 0)."""
+        if snap.manifest.parent is None:
+            raise VersionNotFound(f"version {snap.version} has no parent")
+        return self._step(snap, snap.manifest.parent, snap.version - 1)
+
+    def rolled_back(self, staged: Snapshot) -> Snapshot:
+        """An aborted staged version as it reads and as writers build on it: its
+        number, key, commit time and skip pointers, with its parent's contents
+        (never cached under the staged key: the manifest there stays as written)."""
+        m = staged.manifest
+        p = self.visible(self.parent(staged)).manifest
+        return Snapshot(replace(
+            p, version=m.version, parent=m.parent, commit_id=m.commit_id,
+            created_at_ms=m.created_at_ms, ancestors=m.ancestors,
+            operation="transaction_aborted", operation_params={},
+            summary=dict.fromkeys(m.summary, 0), intents=(), transaction=None,
+            format_version=max(p.format_version, m.format_version),
+            oldest_version=max(p.oldest_version, m.oldest_version),
+            collected_until_ms=max(p.collected_until_ms, m.collected_until_ms)), staged.key)
 
     def snapshot_for_pointer(self, pointer: Pointer) -> Snapshot:
         manifest = self.load_manifest(pointer.manifest)
