@@ -86,6 +86,7 @@ from caslake.core.runner import (
     CommitResult,
     TableContext,
     adopt_ref_move,
+    after_commit,
     noop_result,
     run_operation,
 )
@@ -132,6 +133,7 @@ __all__ = [
     "WriteOptions",
     "abort_pending",
     "adopt_ref_move",
+    "after_commit",
     "as_reader",
     "backoff",
     "changed_since",

@@ -35,6 +35,7 @@ from caslake.core import (
     Snapshot,
     TableContext,
     abort_pending,
+    after_commit,
     committed_or_raise,
     consistent_heads,
     create_txn_record,
@@ -231,6 +232,8 @@ class MultiTransaction(CommitOnExit):
             replace(p, version=results[p.uri].version) for p in record.participants))
         committed_or_raise(decide(coordinator.store, final, etag, coordinator.commit_policy))
         self.results = results
+        for part in self._parts.values():
+            after_commit(part._ctx, part._ctx.snapshot)  # e.g. exports on commit
         return results
 
     @staticmethod

@@ -218,3 +218,17 @@ def test_single_table_work_costs_the_same_after_a_transaction(tmp_path: Path) ->
 def test_errors_are_caslake_errors() -> None:
     for e in (TableListedTwice, TablesOnDifferentStores, caslake.errors.TransactionAborted):
         assert issubclass(e, CaslakeError)
+
+
+def test_after_commit_hooks_run_once_the_transaction_commits(tmp_path: Path) -> None:
+    orders, items = two_tables(tmp_path)
+    seen: list[tuple[str, int]] = []
+    for t in (orders, items):
+        t.context.on_commit.append(lambda snap, t=t: seen.append((t.uri, snap.version)))
+    tx = MultiTransaction([orders, items])
+    tx[orders].delete("id = 1")
+    tx[items].delete("order_id = 1")
+    tx.stage()
+    assert seen == []  # an export must not publish a version that may abort
+    tx.decide()
+    assert sorted(seen) == sorted([(orders.uri, 2), (items.uri, 2)])
