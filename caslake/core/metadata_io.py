@@ -57,7 +57,7 @@ class MetadataIO:
         self.store = store
         self.pointer_key = pointer_key  # the ref this IO reads by default
         self._cache: LruCache[str, Manifest] = LruCache(cache_size)  # keys are never reused
-        self._decided: dict[str, TxnRecord] = {}  # decided transaction records never change
+        self._decided: LruCache[str, TxnRecord] = LruCache(1024)  # decided: never change
 
     # --- pointer and manifests -------------------------------------------------
 
@@ -115,7 +115,7 @@ class MetadataIO:
         if record.id != ref.id:
             raise CorruptMetadata(key, f"the record is transaction {record.id}'s")
         if record.state != PENDING:
-            self._decided[ref.id] = record
+            self._decided.put(ref.id, record)
         return record, res.etag
 
     def visible(self, snap: Snapshot) -> Snapshot:
