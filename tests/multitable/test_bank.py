@@ -17,7 +17,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -26,54 +25,18 @@ import pytest
 import caslake
 from caslake.core import read_record
 from caslake.errors import CommitConflict, NotFound
+from tests.multitable.bank import (
+    ACCOUNTS,
+    OPENING,
+    SCHEMA,
+    Transfer,
+    balances,
+    open_pair,
+    transfer,
+)
 
-SCHEMA = pa.schema([("account", pa.int64()), ("balance", pa.int64())])
-ACCOUNTS = 4
-OPENING = 1_000
-RUN_S = 3.0
+RUN_S = 2.0
 WRITERS = 4
-POLICY = caslake.CommitPolicy(base_backoff_s=0.002, max_backoff_s=0.05)
-
-
-@dataclass
-class Transfer:
-    account: int
-    amount: int  # > 0: checking -> savings; < 0: savings -> checking
-    txn_id: str | None = None
-    versions: dict[str, int] | None = None
-
-
-def balances(table: pa.Table) -> dict[int, int]:
-    return dict(zip(table["account"].to_pylist(), table["balance"].to_pylist(), strict=True))
-
-
-def open_pair(uris: tuple[str, str], options: dict[str, str] | None
-              ) -> tuple[caslake.Table, caslake.Table]:
-    pair = tuple(caslake.open_table(u, storage_options=options) for u in uris)
-    for t in pair:
-        t.commit_policy = POLICY
-    return pair  # type: ignore[return-value]
-
-
-def transfer(checking: caslake.Table, savings: caslake.Table, rng: random.Random
-             ) -> Transfer:
-    snap = caslake.snapshot(checking, savings)
-    c, s = balances(snap.to_arrow(checking)), balances(snap.to_arrow(savings))
-    t = Transfer(rng.randrange(ACCOUNTS), rng.choice([-1, 1]) * rng.randint(1, 40))
-    tx = caslake.transaction(checking, savings, ttl_ms=5_000)
-    with tx:
-        tx[checking].read_version(snap[checking].version)
-        tx[savings].read_version(snap[savings].version)
-        tx[checking].upsert(pa.table({"account": [t.account],
-                                      "balance": [c[t.account] - t.amount]}, schema=SCHEMA),
-                            key="account")
-        tx[savings].upsert(pa.table({"account": [t.account],
-                                     "balance": [s[t.account] + t.amount]}, schema=SCHEMA),
-                           key="account")
-    t.txn_id = tx.txn_id
-    t.versions = {uri: r.version for uri, r in tx.results.items()}
-    return t
-
 
 def run_bank(uris: tuple[str, str], options: dict[str, str] | None) -> None:
     opening = pa.table({"account": list(range(ACCOUNTS)), "balance": [OPENING] * ACCOUNTS},
@@ -159,3 +122,69 @@ def test_bank_across_two_tables_s3(moto_server: str, s3_options: dict[str, str])
 
     bucket = make_bucket(moto_server)
     run_bank((f"s3://{bucket}/bank/checking", f"s3://{bucket}/bank/savings"), s3_options)
+
+
+def test_bank_across_processes_with_a_sigkill(tmp_path: Any) -> None:
+    """Three processes transfer while the test takes atomic snapshots and SIGKILLs
+    one of them: every snapshot sums to the total; the final balances are the
+    acknowledged transfers plus, at most, the killed process's one transfer in
+    flight (all or nothing); a later transfer rolls whatever it left forward or back."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    uris = (str(tmp_path / "checking"), str(tmp_path / "savings"))
+    opening = pa.table({"account": list(range(ACCOUNTS)), "balance": [OPENING] * ACCOUNTS},
+                       schema=SCHEMA)
+    for u in uris:
+        caslake.create_table(u, SCHEMA).append(opening)
+    logs = [tmp_path / f"w{i}.log" for i in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.multitable.bank_worker", *uris,
+                               str(i), "3", str(log)], cwd=os.getcwd())
+             for i, log in enumerate(logs)]
+    checking, savings = open_pair(uris, None)
+    sums: list[int] = []
+    killed: subprocess.Popen[bytes] | None = None
+    deadline = time.monotonic() + 30
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        snap = caslake.snapshot(checking, savings)
+        sums.append(sum(balances(snap.to_arrow(checking)).values())
+                    + sum(balances(snap.to_arrow(savings)).values()))
+        for p, log in zip(procs, logs, strict=True):
+            if killed is None and log.exists() and "ok " in log.read_text():
+                p.send_signal(signal.SIGKILL)  # mid-run, after its first acknowledgement
+                killed = p
+    for p in procs:
+        p.wait(timeout=30)
+    assert killed is not None and killed.returncode == -signal.SIGKILL
+    assert all(p.returncode == 0 for p in procs if p is not killed)
+    assert sums and set(sums) == {2 * OPENING * ACCOUNTS}, sorted(set(sums))
+
+    acked: list[Transfer] = []
+    open_: list[Transfer] = []
+    for log in logs:
+        begun: dict[str, Transfer] = {}
+        for line in (log.read_text() if log.exists() else "").splitlines():
+            word, tid, *rest = line.split()
+            if word == "begin":
+                begun[tid] = Transfer(int(rest[0]), int(rest[1]))
+            elif word == "ok":
+                acked.append(begun.pop(tid))
+            else:
+                begun.pop(tid)
+        open_ += begun.values()
+    assert len(open_) <= 1 and acked
+    # A later transfer meets whatever the killed one left (after its deadline).
+    rng = random.Random(99)
+    later = transfer(checking, savings, rng, Transfer(0, 1), ttl_ms=5_000)
+    got = (balances(checking.to_arrow()), balances(savings.to_arrow()))
+    outcomes = []
+    for applied in ([], open_):
+        want_c = dict.fromkeys(range(ACCOUNTS), OPENING)
+        want_s = dict.fromkeys(range(ACCOUNTS), OPENING)
+        for t in [*acked, *applied, later]:
+            want_c[t.account] -= t.amount
+            want_s[t.account] += t.amount
+        outcomes.append((want_c, want_s))
+    assert got in outcomes, (got, outcomes)
