@@ -118,6 +118,12 @@ class MetadataIO:
             self._decided.put(ref.id, record)
         return record, res.etag
 
+    def remember_decided(self, record: TxnRecord) -> None:
+        """Cache a decided record this process wrote (its owner's handles then build
+        on their own staged versions without a GET)."""
+        if record.state != PENDING:
+            self._decided.put(record.id, record)
+
     def visible(self, snap: Snapshot) -> Snapshot:
         """What readers see of ``snap``: itself unless it is a staged version whose
         transaction is not committed -- then its parent while the record is

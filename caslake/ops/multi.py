@@ -230,9 +230,11 @@ class MultiTransaction(CommitOnExit):
         coordinator = self._parts[record.participants[0].uri]._ctx
         final = replace(record, state=COMMITTED, participants=tuple(
             replace(p, version=results[p.uri].version) for p in record.participants))
-        committed_or_raise(decide(coordinator.store, final, etag, coordinator.commit_policy))
+        decided = committed_or_raise(decide(coordinator.store, final, etag,
+                                            coordinator.commit_policy))
         self.results = results
         for part in self._parts.values():
+            part._ctx.io.remember_decided(decided)
             after_commit(part._ctx, part._ctx.snapshot)  # e.g. exports on commit
         return results
 
