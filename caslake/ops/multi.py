@@ -69,8 +69,8 @@ class Part(Transaction):
     ``upsert`` (as :class:`~caslake.ops.transaction.Transaction`), ``overwrite``
     and ``read_version``."""
 
-    def __init__(self, context: TableContext) -> None:
-        super().__init__(context)
+    def __init__(self, context: TableContext, *, txn: tuple[str, int] | None = None) -> None:
+        super().__init__(context, txn=txn)
         self._ref: TransactionRef | None = None
         self._overwrite_base: int | None = None
 
@@ -157,13 +157,17 @@ def _uri(ctx: TableContext) -> str:
 class MultiTransaction(CommitOnExit):
     """``with caslake.transaction(t1, t2) as tx: tx[t1].append(...)``; commits on a
     clean exit (see the module docstring).  ``ttl_ms``: the deadline after which
-    another writer may abort the transaction (it must commit before)."""
+    another writer may abort the transaction (it must commit before).  ``txn``:
+    ``(app id, version)`` recorded in every table, so a replay (a streaming
+    micro-batch run again after a failure) changes nothing: exactly once into
+    several sinks."""
 
-    def __init__(self, tables: Sequence[Any], *, ttl_ms: int = DEFAULT_TTL_MS) -> None:
+    def __init__(self, tables: Sequence[Any], *, ttl_ms: int = DEFAULT_TTL_MS,
+                 txn: tuple[str, int] | None = None) -> None:
         if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
             raise InvalidArgument(f"ttl_ms must be a positive integer, not {ttl_ms!r}")
         self._ttl_ms = ttl_ms
-        self._parts = {_uri(ctx): Part(ctx) for ctx in _contexts(tables)}
+        self._parts = {_uri(ctx): Part(ctx, txn=txn) for ctx in _contexts(tables)}
         self._done = False
         self.txn_id: str | None = None
         self.results: dict[str, CommitResult] = {}
@@ -233,9 +237,10 @@ class MultiTransaction(CommitOnExit):
         decided = committed_or_raise(decide(coordinator.store, final, etag,
                                             coordinator.commit_policy))
         self.results = results
-        for part in self._parts.values():
+        for uri, part in self._parts.items():
             part._ctx.io.remember_decided(decided)
-            after_commit(part._ctx, part._ctx.snapshot)  # e.g. exports on commit
+            if not results[uri].noop:  # (a replayed txn token commits nothing)
+                after_commit(part._ctx, part._ctx.snapshot)  # e.g. exports on commit
         return results
 
     @staticmethod
@@ -252,8 +257,10 @@ class MultiTransaction(CommitOnExit):
         self._abort_parts(list(self._parts.items()))
 
 
-def transaction(*tables: Any, ttl_ms: int = DEFAULT_TTL_MS) -> MultiTransaction:
-    """Change several tables of one store atomically.
+def transaction(*tables: Any, ttl_ms: int = DEFAULT_TTL_MS,
+                txn: tuple[str, int] | None = None) -> MultiTransaction:
+    """Change several tables of one store atomically (``txn``: an idempotency token
+    recorded in every table, see :class:`MultiTransaction`).
 
     Examples:
         >>> import caslake, pyarrow as pa
@@ -267,7 +274,7 @@ def transaction(*tables: Any, ttl_ms: int = DEFAULT_TTL_MS) -> MultiTransaction:
         >>> snap.to_arrow(a).num_rows, snap.to_arrow(b).num_rows
         (1, 1)
     """
-    return MultiTransaction(tables, ttl_ms=ttl_ms)
+    return MultiTransaction(tables, ttl_ms=ttl_ms, txn=txn)
 
 
 @dataclass(frozen=True)

@@ -232,3 +232,31 @@ def test_after_commit_hooks_run_once_the_transaction_commits(tmp_path: Path) -> 
     assert seen == []  # an export must not publish a version that may abort
     tx.decide()
     assert sorted(seen) == sorted([(orders.uri, 2), (items.uri, 2)])
+
+
+def test_a_replayed_txn_token_changes_nothing_exactly_once_into_two_tables(
+        tmp_path: Path) -> None:
+    orders, items = two_tables(tmp_path)
+    for _ in range(2):  # the same micro-batch delivered twice
+        with caslake.transaction(orders, items, txn=("stream-1", 7)) as tx:
+            tx[orders].append(pa.table({"id": [4], "customer": ["d"], "total": [4.0]},
+                                       schema=ORDERS))
+            tx[items].append(pa.table({"order_id": [4], "sku": ["d"], "qty": [1]},
+                                      schema=ITEMS))
+    assert rows(caslake.open_table(orders.uri).to_arrow(), "id") == [
+        (1, "ann", 10.0), (2, "bob", 20.0), (3, "cy", 30.0), (4, "d", 4.0)]
+    assert caslake.open_table(items.uri).to_arrow().num_rows == 5
+    assert all(r.noop for r in tx.results.values())
+    with pytest.raises(InvalidArgument):
+        caslake.transaction(orders, items, txn=("", 1))
+
+
+@pytest.mark.s3
+def test_tables_in_two_buckets_are_refused(moto_server: str, s3_options: dict[str, str]
+                                           ) -> None:
+    from tests.conftest import make_bucket
+
+    a, b = (caslake.create_table(f"s3://{make_bucket(moto_server)}/t", ORDERS,
+                                 storage_options=s3_options) for _ in range(2))
+    with pytest.raises(TablesOnDifferentStores):
+        caslake.transaction(a, b)
