@@ -5,7 +5,8 @@ parameter, so a ref can have its own) and ``manifest/*``, resolution of segment
 references into a live file list, and time travel by version or timestamp
 through the ancestors' skip pointers (O(log n) manifest GETs), and what readers
 see of a multi-table transaction's *staged* version (:meth:`MetadataIO.visible`:
-the version if its record says committed, else its parent's contents;
+the version if its record says committed, else its parent's contents; time travel
+and history show an aborted one with its parent's contents, :meth:`settled`;
 docs/protocol.md, "Multi-table transactions").
 Never writes.
 """
@@ -37,6 +38,10 @@ from caslake.format.manifest import (
     txn_record_key,
 )
 from caslake.store.base import ObjectStore
+
+#: The operation of :meth:`MetadataIO.rolled_back`'s view of an aborted staged
+#: version (never written: no manifest on storage has it).
+ROLLED_BACK = "transaction_aborted"
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,8 @@ class MetadataIO:
         return parse_pointer(res.data, key), res.etag
 
     def remember(self, key: str, manifest: Manifest) -> None:
+        if manifest.operation == ROLLED_BACK:
+            return  # a view of an aborted staged version: the object there differs
         self._cache.put(key, manifest)
 
     def load_manifest(self, key: str) -> Manifest:
@@ -138,6 +145,16 @@ class MetadataIO:
             snap = self.parent(snap)
         return snap
 
+    def settled(self, snap: Snapshot) -> Snapshot:
+        """``snap`` as time travel and history see it: an aborted staged version as
+        :meth:`rolled_back` (its commit id kept, so commit settling still finds it);
+        any other version as it is -- a pending one too (only the raw head of the
+        commit path can be pending: readers' heads are :meth:`visible`)."""
+        ref = snap.manifest.transaction
+        if ref is not None and self.txn_record(ref)[0].state == ABORTED:
+            return self.rolled_back(snap)
+        return snap
+
     def parent(self, snap: Snapshot) -> Snapshot:
         """The version before ``snap`` (VersionNotFound for version 0)."""
         if snap.manifest.parent is None:
@@ -153,7 +170,7 @@ class MetadataIO:
         return Snapshot(replace(
             p, version=m.version, parent=m.parent, commit_id=m.commit_id,
             created_at_ms=m.created_at_ms, ancestors=m.ancestors,
-            operation="transaction_aborted", operation_params={},
+            operation=ROLLED_BACK, operation_params={},
             summary=dict.fromkeys(m.summary, 0), intents=(), transaction=None,
             format_version=max(p.format_version, m.format_version),
             oldest_version=max(p.oldest_version, m.oldest_version),
@@ -246,7 +263,7 @@ class MetadataIO:
                 raise CorruptMetadata(cur.key, f"no ancestor reaches version {version}")
             best = min(jumps, key=lambda a: a.version)
             cur = self._step(cur, best.manifest, best.version)
-        return cur
+        return self.settled(cur)
 
     def as_of(self, head: Snapshot, ts_ms: int) -> Snapshot:
         """The newest version committed at or before ``ts_ms`` (commit times are monotonic)."""
@@ -262,8 +279,8 @@ class MetadataIO:
                 raise VersionNotFound("no version of the table is that old "
                                       f"(version {cur.version} was committed after it)")
             self._check_retained(head, parent[0].version)
-            return self._step(cur, parent[0].manifest, parent[0].version)
-        return cur
+            return self.settled(self._step(cur, parent[0].manifest, parent[0].version))
+        return self.settled(cur)
 
     def _check_retained(self, head: Snapshot, version: int) -> None:
         oldest = head.manifest.oldest_version
@@ -283,12 +300,13 @@ class MetadataIO:
         return Snapshot(m, key)
 
     def history(self, head: Snapshot, limit: int | None = None) -> list[Snapshot]:
-        """Versions from ``head`` back to the oldest one gc retained, newest first."""
-        out = [head]
+        """Versions from ``head`` back to the oldest one gc retained, newest first
+        (an aborted staged version as :meth:`rolled_back`)."""
+        out = [self.settled(head)]
         cur = head
         oldest = head.manifest.oldest_version
         while (cur.manifest.parent is not None and cur.version > oldest
                and (limit is None or len(out) < limit)):
             cur = self._step(cur, cur.manifest.parent, cur.version - 1)
-            out.append(cur)
+            out.append(self.settled(cur))
         return out

@@ -260,3 +260,22 @@ def test_tables_in_two_buckets_are_refused(moto_server: str, s3_options: dict[st
                                  storage_options=s3_options) for _ in range(2))
     with pytest.raises(TablesOnDifferentStores):
         caslake.transaction(a, b)
+
+
+def test_the_change_feed_and_history_never_show_an_aborted_part(tmp_path: Path) -> None:
+    orders, items = two_tables(tmp_path)
+    tx = MultiTransaction([orders, items], ttl_ms=60_000)
+    tx[orders].delete("id = 1")
+    tx[orders].append(pa.table({"id": [8], "customer": ["h"], "total": [8.0]}, schema=ORDERS))
+    tx[items].delete("order_id = 1")
+    tx.stage()
+    from caslake.core import abort_pending
+    record = abort_pending(items.store, tx.txn_id or "")  # "items" sorts first: coordinator
+    assert record is not None and record.state == "aborted"
+    t = caslake.open_table(orders.uri)
+    t.append(pa.table({"id": [5], "customer": ["e"], "total": [5.0]}, schema=ORDERS))
+    feed = t.changes(2).to_arrow()  # the aborted version 2 and the append at 3
+    assert rows(feed.select(["id", "_change_type", "_commit_version"]), "id") == [
+        (5, "insert", 3)]
+    assert [h.version for h in t.history()] == [3, 2, 1, 0]
+    assert t.to_arrow(version=2).num_rows == 3
