@@ -308,5 +308,11 @@ class MetadataIO:
         while (cur.manifest.parent is not None and cur.version > oldest
                and (limit is None or len(out) < limit)):
             cur = self._step(cur, cur.manifest.parent, cur.version - 1)
-            out.append(self.settled(cur))
+            try:
+                out.append(self.settled(cur))
+            except VersionNotFound:
+                # The oldest retained version is an aborted staged one whose parent
+                # gc expired: it has no contents left to show (time travel to it is
+                # VersionNotFound too), so history ends above it.
+                break
         return out
