@@ -44,6 +44,8 @@ from caslake.store.base import ObjectStore
 
 #: Longest sleep between two reads of a pending record by a waiting writer.
 WAIT_POLL_S = 0.05
+#: Unclear swaps of a writer aborting an expired transaction before it gives up.
+ABORT_ATTEMPTS = 8
 #: Rounds of pointer reads :func:`consistent_heads` tries before it settles for
 #: one round checked against the records alone.
 CUT_ROUNDS = 8
@@ -139,6 +141,7 @@ def resolve_base(io: MetadataIO, base: Snapshot, *,
     if ref is None:
         return base
     store = store_at(io.store, ref.record)
+    failed = 0
     while True:
         record, etag = io.txn_record(ref)
         if record.state == COMMITTED:
@@ -150,10 +153,16 @@ def resolve_base(io: MetadataIO, base: Snapshot, *,
             time.sleep(random.uniform(0.2, 1.0) * min(WAIT_POLL_S,
                                                        (record.deadline_ms - now) / 1000))
             continue
-        if etag is not None:
-            # Any outcome is fine: the loop reads the record again.
-            swap_record(store, txn_record_key(ref.id),
-                        replace(record, state=ABORTED).to_bytes(), etag)
+        if etag is None:
+            continue
+        # Any outcome is fine: the loop reads the record again.
+        res = swap_record(store, txn_record_key(ref.id),
+                          replace(record, state=ABORTED).to_bytes(), etag)
+        if res.outcome is Swap.UNCLEAR:
+            failed += 1
+            if failed >= ABORT_ATTEMPTS and res.error is not None:
+                raise res.error  # the store keeps failing: this commit fails, typed
+            time.sleep(random.uniform(0.2, 1.0) * WAIT_POLL_S)
 
 
 # --- the atomic snapshot ---------------------------------------------------------
