@@ -64,6 +64,8 @@ def run_bank(uris: tuple[str, str], options: dict[str, str] | None) -> None:
         except BaseException as e:  # a failed thread fails the test
             errors.append(e)
 
+    plain: list[Any] = []  # manifests plain one-table reads were served from
+
     def reader() -> None:
         checking, savings = open_pair(uris, options)
         try:
@@ -71,6 +73,9 @@ def run_bank(uris: tuple[str, str], options: dict[str, str] | None) -> None:
                 snap = caslake.snapshot(checking, savings)
                 sums.append(sum(balances(snap.to_arrow(checking)).values())
                             + sum(balances(snap.to_arrow(savings)).values()))
+                for t in (checking, savings) if len(sums) % 2 else (savings, checking):
+                    t.to_arrow()  # a plain one-table read, in either order
+                    plain.append(t.snapshot.manifest)
         except BaseException as e:
             errors.append(e)
 
@@ -101,6 +106,11 @@ def run_bank(uris: tuple[str, str], options: dict[str, str] | None) -> None:
             ref = by_version[uri][v].transaction
             assert ref is not None and ref.id == t.txn_id
         assert read_record(checking.store, t.txn_id)[0].state == "committed"
+    # No plain read was served from a staged version that did not commit.
+    for m in plain:
+        if m.transaction is not None:
+            assert read_record(checking.store, m.transaction.id)[0].state == "committed"
+    assert plain
     # Every other transaction this run left behind was aborted, never committed.
     ids = {t.txn_id for t in done}
     for m in by_version[checking.uri.rstrip("/")].values():
