@@ -22,6 +22,7 @@ import pytest
 
 import caslake
 from caslake.core import CommitPolicy
+from caslake.ops.multi import MultiTransaction
 from caslake.store import LocalStore
 from caslake.store.base import ObjectStore
 from caslake.store.faults import Fault, FaultyStore
@@ -114,3 +115,43 @@ def test_two_table_transaction_fault_at_every_store_call(tmp_path: Path, mode: s
     else:  # a failure anywhere before the commit point is a definite failure
         assert "ok->new" in outcomes, outcomes
         assert not any(k.startswith("CommitOutcomeUnknown") for k in outcomes), outcomes
+
+
+# --- the recovery step: a writer meets an abandoned transaction -----------------------
+
+
+def make_abandoned(uri: str) -> None:
+    """Both tables with a transaction staged on each and never decided (its owner
+    died), its deadline already past."""
+    make(uri)
+    orders, items = table(uri), table(uri + ITEMS_SUFFIX)
+    tx = MultiTransaction([orders, items], ttl_ms=1)
+    tx[orders].delete("id = 2")
+    tx[items].delete("order_id = 2")
+    tx.stage()
+
+
+def append_over_it(tables: tuple[Table, Table]) -> object:
+    return tables[0].append(pa.table({"id": [7], "customer": ["g"], "total": [7.0]},
+                                     schema=ORDERS))
+
+
+def check_rolled_back(point: Point) -> str:
+    ids = sorted(table(point.uri).to_arrow()["id"].to_pylist())
+    assert ids in ([1, 2, 3], [1, 2, 3, 7]), f"{point.where}: {ids}"
+    items = table(point.uri + ITEMS_SUFFIX)
+    items.append(pa.table({"order_id": [99], "sku": ["w"], "qty": [0]}, schema=ITEMS))
+    assert sorted(items.to_arrow()["order_id"].to_pylist()) == [1, 1, 2, 3, 99], point.where
+    return "new" if 7 in ids else "old"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_writer_aborting_an_abandoned_transaction_fault_at_every_store_call(
+        tmp_path: Path, mode: str) -> None:
+    """The writer reads the staged head, the record, swaps it to aborted, then
+    commits on the rolled-back contents: a fault at any of those calls leaves the
+    abandoned transaction invisible in both tables and the append's outcome true."""
+    template = Template("local", make_abandoned, root=tmp_path)
+    outcomes = fault_each_call("abort-abandoned", "local", mode, template.fresh, open_faulty,
+                               append_over_it, check_rolled_back, min_calls=4, truthful=True)
+    assert any(k.endswith("->old") for k in outcomes), outcomes
