@@ -343,10 +343,11 @@ class Table(ArrowExport):
         if version is not None and as_of is not None:
             raise InvalidArgument("give either version or as_of, not both")
         head = self.context.refresh()
+        # A staged version of a multi-table transaction reads as committed or not.
         if version is not None:
-            return self.io.at_version(head, version)
+            return self.io.visible(self.io.at_version(head, version))
         if as_of is not None:
-            return self.io.as_of(head, _ts_to_ms(as_of))
+            return self.io.visible(self.io.as_of(head, _ts_to_ms(as_of)))
         return head
 
     # --- reads ---------------------------------------------------------------------

@@ -26,6 +26,7 @@ from caslake.cli.common import storage_options as _storage_options
 from caslake.cli.dataset import add_dataset_commands
 from caslake.cli.input import FORMATS, TextOptions, open_input
 from caslake.cli.output import emit_json_lines, parse_size, write_output
+from caslake.cli.txn import add_txn_command
 from caslake.core import (
     SchemaConformer,
     progress_advance,
@@ -1002,6 +1003,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
     add_dataset_commands(sub)
+    add_txn_command(sub)
     return p
 
 

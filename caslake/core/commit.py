@@ -52,6 +52,7 @@ from caslake.core.group import (
     remove_intent,
 )
 from caslake.core.metadata_io import MetadataIO, Snapshot
+from caslake.core.multitable import mark_staged, resolve_base
 from caslake.core.pointer import CommitPolicy, backoff, put_new, settle, swap_record
 from caslake.core.segments import write_segment
 from caslake.errors import (
@@ -386,7 +387,8 @@ def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | N
         if mine is not None:
             return CommitOutcome(mine, commit_id, attempt)
         unsettled.intersection_update(v for v in set(unsettled) if v > pointer.version)
-    base = io.snapshot_for_pointer(pointer)
+    # A staged head of a multi-table transaction: build on it once decided.
+    base = resolve_base(io, io.snapshot_for_pointer(pointer), now_ms=now_ms)
     try:
         for requirement in requirements:
             requirement.validate(base, io)
@@ -406,6 +408,7 @@ def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | N
     manifest_key, manifest = apply_changes(
         base, changes, commit_id=commit_id, token=new_token(), created_at_ms=now_ms(),
         load=partial(io.segment_entries, where=base.key), write=write)
+    manifest = mark_staged(manifest, changes)  # a multi-table transaction's part
     # A segment this attempt wrote and then folded into a bigger one in the same
     # call was never referenced by any manifest: remove it now (best effort; gc
     # would otherwise keep it until it is older than its fence).

@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 
@@ -70,7 +70,27 @@ def upsert_keys(key: Sequence[str] | str, data_columns: Iterable[str],
     return keys
 
 
-class Transaction:
+class CommitOnExit:
+    """A ``with`` block that commits on a clean exit and aborts when it raises."""
+
+    def commit(self) -> object:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+class Transaction(CommitOnExit):
     """Use as ``with table.transaction() as tx: ...``; commits on a clean exit.
 
     Works on a table handle's :class:`TableContext` (``table.context``); the
@@ -184,6 +204,7 @@ class Transaction:
             requirements = (TxnNotApplied(self._txn),)  # checked first: a replay is a no-op
         if self._read_version is not None:
             requirements += (ReadSetUnchanged(self._read_version, conditions, operation),)
+        requirements += self._requirements()
 
         def plan_on(base: Snapshot) -> None:
             plan = self._planner(io, ctx.footers, ctx.tombstones, base, conditions)
@@ -205,7 +226,8 @@ class Transaction:
                                   state["hidden"])
             if changes is None and self._txn is not None:  # nothing to change: still
                 changes = Changes(operation, params=dict(self._params))  # record the txn
-            return None if changes is None else replace(changes, txn=self._txn)
+            return self._finish(operation, None if changes is None
+                                else replace(changes, txn=self._txn))
 
         # Appends only: the commit does not depend on the base, so it may join a
         # group commit (deletes and upserts re-plan on each base: classic loop).
@@ -214,6 +236,15 @@ class Transaction:
         self.result = run_operation(ctx, operation, prepare, requirements=requirements,
                                     started=self._started, commit_id=commit_id, group=group)
         return self.result
+
+    def _requirements(self) -> tuple[Requirement, ...]:
+        """More requirements of the commit (a multi-table part adds its own)."""
+        return ()
+
+    def _finish(self, operation: str, changes: Changes | None) -> Changes | None:
+        """The changes to commit on a base, from what was planned on it (a
+        multi-table part marks them staged)."""
+        return changes
 
     def abort(self) -> None:
         """Forget the staged work and remove the data files it uploaded (never
@@ -225,15 +256,6 @@ class Transaction:
             with contextlib.suppress(StoreError):
                 self._ctx.store.delete(f.path)
 
-    def __enter__(self) -> Transaction:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
 
 
 @dataclass(frozen=True)
