@@ -69,6 +69,10 @@ class Part(Transaction):
     ``upsert`` (as :class:`~caslake.ops.transaction.Transaction`), ``overwrite``
     and ``read_version``."""
 
+    # Never the group path: a fold would commit this part's files in a version that
+    # is not staged, visible before (or without) the transaction's decision.
+    GROUPABLE = False
+
     def __init__(self, context: TableContext, *, txn: tuple[str, int] | None = None) -> None:
         super().__init__(context, txn=txn)
         self._ref: TransactionRef | None = None

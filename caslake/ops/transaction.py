@@ -96,6 +96,10 @@ class Transaction(CommitOnExit):
     Works on a table handle's :class:`TableContext` (``table.context``); the
     requests and bytes it reports count from its creation, uploads included."""
 
+    #: An append-only commit may join a group commit, whose fold puts its files in
+    #: another writer's version (a multi-table part must not: its version is staged).
+    GROUPABLE = True
+
     def __init__(self, context: TableContext, *, read_version: int | None = None,
                  planner: Planner | None = None, started: dict[str, int] | None = None,
                  txn: tuple[str, int] | None = None) -> None:
@@ -232,7 +236,8 @@ class Transaction(CommitOnExit):
         # Appends only: the commit does not depend on the base, so it may join a
         # group commit (deletes and upserts re-plan on each base: classic loop).
         group = (GroupWrite(operation, files, ctx.snapshot.manifest.schema, None, self._txn)
-                 if files and not conditions and self._read_version is None else None)
+                 if self.GROUPABLE and files and not conditions and self._read_version is None
+                 else None)
         self.result = run_operation(ctx, operation, prepare, requirements=requirements,
                                     started=self._started, commit_id=commit_id, group=group)
         return self.result

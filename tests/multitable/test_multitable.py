@@ -306,3 +306,50 @@ def test_gc_expiring_the_parent_of_an_aborted_version_leaves_the_table_whole(
     with pytest.raises(caslake.errors.VersionNotFound):
         fresh.to_arrow(version=2)
     assert verify_table(t.store, deep=True, all_versions=True).ok
+
+
+def test_a_part_never_takes_the_group_path(tmp_path: Path) -> None:
+    """With group commit on (``commit.group``), a part that loses its race must not
+    publish an intent: another writer's fold would commit its rows in a version that
+    is not staged, visible whatever the transaction's decision.  Every committed
+    part's version is its own staged one."""
+    import threading
+
+    from caslake.core import CommitPolicy
+
+    orders, items = two_tables(tmp_path)
+    for t in (orders, items):
+        t.set_properties({"commit.group": "true"})
+    stop = threading.Event()
+
+    def rival(w: int) -> None:
+        t = caslake.open_table(orders.uri)
+        t.commit_policy = CommitPolicy(group_commit=True, group_poll_s=0.002)
+        i = 0
+        while not stop.is_set():
+            i += 1
+            t.append(pa.table({"id": [10_000 * (w + 1) + i], "customer": ["r"],
+                               "total": [0.0]}, schema=ORDERS))
+
+    pool = [threading.Thread(target=rival, args=(w,)) for w in range(3)]
+    for th in pool:
+        th.start()
+    try:
+        for n in range(8):
+            tx = caslake.transaction(orders, items)
+            with tx:
+                tx[orders].append(pa.table({"id": [100 + n], "customer": ["tx"],
+                                            "total": [1.0]}, schema=ORDERS))
+                tx[items].append(pa.table({"order_id": [100 + n], "sku": ["t"], "qty": [1]},
+                                          schema=ITEMS))
+            for t in (orders, items):
+                r = tx.results[t.uri.rstrip("/")]
+                m = t.io.at_version(caslake.open_table(t.uri).snapshot, r.version).manifest
+                assert m.transaction is not None and m.transaction.id == tx.txn_id
+                assert not m.intents and m.commit_id == r.commit_id
+    finally:
+        stop.set()
+        for th in pool:
+            th.join()
+    got = caslake.open_table(orders.uri).to_arrow()["id"].to_pylist()
+    assert all(got.count(100 + n) == 1 for n in range(8))
