@@ -504,6 +504,10 @@ class GcsStore(ObstoreStore):
                 return
             raise err from exc
 
+    @property
+    def range_copy(self) -> str:
+        return "none"
+
     def compose(self, dest: str, parts: Sequence[ComposePart]) -> str:
         """GCS compose joins whole objects and cannot copy byte ranges: purge then
         uploads the whole new file (strategy ``rewrite``)."""

@@ -210,10 +210,6 @@ def test_purge_rewrites_whole_files_and_pyarrow_reads_the_result(
     assert read["id"].to_pylist() == [i for i, k in zip(range(4000), kept, strict=True) if k]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "caslake/ops/purge.py _download_estimate takes any compose that is not "
-    "ObjectStore.compose for a server-side copy; GCS (and Azure) compose raises "
-    "StoreCapabilityUnsupported and purge downloads the ranges instead"))
 def test_purge_dry_run_estimates_the_rewrite_it_falls_back_to(
         gcs_uri: str, gcs_options: dict[str, str]) -> None:
     """The estimate counts the ranges the rewrite downloads, not a server-side copy."""
