@@ -14,7 +14,10 @@ insert/insert_all, by-source update/delete, with conditions on both sides), rest
 a retained version (an expired one is ``VersionExpired``; a race makes it
 ``ConcurrentModification``, nothing applied), read a random retained version, reopen
 the table (a new handle, cold caches), compact (same rows, fewer files; under the
-same faults and races as writes), run gc with a clock 30 days ahead (everything but
+same faults and races as writes), cluster (``compact(sort_by=...)``/``zorder_by``
+by drawn columns, or the ``clustering.columns`` property and a plain compact: same
+rows, and the files it wrote, read with pyarrow, in key order; a struct leaf is
+refused, typed), run gc with a clock 30 days ahead (everything but
 the newest data version expires, and afterwards exactly the referenced objects
 remain), export (on a local store, whose files the outside readers can open: the
 Iceberg export read by pyiceberg, every snapshot it keeps, and the Delta export read
@@ -37,6 +40,11 @@ equal the model before the operation or after it (and, unless the error was
 :class:`CommitOutcomeUnknown`, a failed write must have left the old version; a
 returned write must have made the new one).
 
+Coverage is proved by an explicit program (``coverage_script``: every rule, every
+write rule making a version, faults ending both ways), run through the machine
+before its random programs, which then have no coverage checks of their own: a
+new rule needs only a step in that script.
+
 Invariants after every step: the latest table equals the model; every
 acknowledged commit (``CommitResult.commit_id``) is in the history at the
 version it was acknowledged at, and the history has exactly the versions the
@@ -50,7 +58,7 @@ unfiltered queries and a temp view), ``read_native``, the Iceberg and Delta expo
 with pyiceberg, deltalake and DuckDB, Parquet datasets -- against a model of every
 version's columns and rows (a struct column from the start; new columns may be
 structs, lists or maps; every path must have compared nested values), under renames,
-drop and re-add of a column, new columns, compaction, gc, ``purge(expire=True)``
+drop and re-add of a column, new columns, compaction, clustering, gc, ``purge(expire=True)``
 with an erasure check that decodes every object, and clone chains three deep;
 ``test_clone_chain_read_paths`` reads such a chain (a struct field renamed in it)
 through every path.
@@ -1207,7 +1215,7 @@ WRITE_RULES = ("append", "group_append", "delete_key", "delete_range", "delete_p
 # Random programs leave rules out and reach some outcomes (a typed failure under a
 # fault, a version of each rule) only in most runs, and a fixed (derandomized) set of
 # programs changes whenever a rule is added.  So coverage is proved by an explicit
-# program instead: run_script drives the machine through COVERAGE_SCRIPT's steps,
+# program instead: run_script drives the machine through coverage_script's steps,
 # with the machine's own rules, preconditions, invariants and teardown, and the
 # checks that every rule ran, every write rule made a version and a fault ended each
 # way look at that program alone.  A new rule fails them until it is added to the
@@ -1334,10 +1342,14 @@ def coverage_script(spec: list[str] | None, *, exports: bool) -> list[Step]:
         step("read_version", data=Draws(version=2)),
         step("reopen"),
         step("append", batch=b1),
+        step("inject_commit_fault", spec=(POINTER_KEY, "after")),  # settled
         step("cluster", data=Draws({"how": "zorder", "columns": ["id", "f"],
                                     "struct leaf": None})),
         step("cluster", data=Draws({"how": "sort", "columns": ["s"], "struct leaf": "dev.os"})),
         step("append", batch=b2),
+        step("inject_crash", call=5),  # the clustering writer dies
+        step("cluster", data=Draws({"how": "sort", "columns": ["s", "id"],
+                                    "struct leaf": None})),
         step("cluster", data=Draws({"how": "sort", "columns": ["s", "id"],
                                     "struct leaf": None})),
         step("append", batch=b3),
@@ -1370,6 +1382,8 @@ def run_coverage_script(new_uri: Callable[[], str], options: dict[str, str] | No
     check_rules_made_versions(stats)
     assert stats.struct_leaf_deletes > 0 and stats.runs["cluster refused"] > 0
     assert stats.clustered[SORT] > 0 and stats.clustered[ZORDER] > 0, stats.clustered
+    assert {"cluster: crash -> died", f"cluster: after {POINTER_KEY} -> ok"} <= set(
+        stats.outcomes), "the clustering steps under a fault did not end as scripted"
     assert stats.versions["partitioned"] > 0 or spec is None
     return stats
 
