@@ -1442,7 +1442,9 @@ def test_model_local_with_exports(tmp_path: Path) -> None:
     print(f"exports read back: {stats.export_checks}, dropped: {stats.export_drops}")
     assert stats.export_checks > 0 and stats.export_drops > 0
     machine, _ = machine_for(new_uri, None, MEMORY_LAYOUT, ExportReaders())
-    run_state_machine_as_test(machine, settings=settings(max_examples=8, **RANDOM))
+    # Six programs: with the script, about the time eight fixed programs took.
+    run_state_machine_as_test(machine, settings=settings(max_examples=examples(6, 30),
+                                                         **RANDOM))
 
 
 @pytest.mark.s3
@@ -1452,7 +1454,8 @@ def test_model_s3(s3_uri: str, s3_options: dict[str, str]) -> None:
 
     run_coverage_script(new_uri, s3_options, S3_LAYOUT, None)
     machine, _ = machine_for(new_uri, s3_options, S3_LAYOUT)
-    run_state_machine_as_test(machine, settings=settings(max_examples=8, **RANDOM))
+    run_state_machine_as_test(machine, settings=settings(max_examples=examples(8, 30),
+                                                         **RANDOM))
 
 
 # --- refs: branches, tags, fast-forward, compact and gc against a model of refs ---------
