@@ -69,6 +69,7 @@ from caslake.format.refs import BRANCH_PREFIX, MAIN, branch_key, name_from_key, 
 from caslake.format.schema import TableSchema
 from caslake.ops import refs
 from caslake.ops.clone import with_externals
+from caslake.ops.cluster import cluster_fields
 from caslake.ops.partition import (
     create_partitioning,
     default_spec,
@@ -449,7 +450,9 @@ class Table(ArrowExport):
         from caslake.export.delta import checkpoint_interval
 
         retention_policy(updates)
-        clustering_policy(updates)
+        clustering = clustering_policy(updates)
+        if clustering is not None:  # its columns exist and have an order (as Delta checks)
+            cluster_fields(self.context.snapshot.manifest.schema, clustering)
         group_commit(updates)
         checkpoint_interval(updates)
         ctx = self.context
