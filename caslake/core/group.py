@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -122,6 +123,22 @@ class Intent:
             "schema": self.write.schema.to_json(),
             "files": [f.to_json() for f in self.write.files]},
             separators=(",", ":")).encode()
+
+
+# Sticky contention: (store URI, pointer key) -> when (monotonic s) a commit of this
+# process last took the group path there.  Only a hint: it never decides an outcome.
+_CONTENDED: dict[tuple[str, str], float] = {}
+
+
+def note_contended(uri: str, pointer_key: str) -> None:
+    """A commit to this table and ref took the group path now."""
+    _CONTENDED[(uri, pointer_key)] = time.monotonic()
+
+
+def recently_contended(uri: str, pointer_key: str, window_s: float) -> bool:
+    """Did a commit of this process take the group path here within ``window_s``?"""
+    at = _CONTENDED.get((uri, pointer_key))
+    return at is not None and time.monotonic() - at < window_s
 
 
 def intent_key(deadline_ms: int, token: str) -> str:
