@@ -46,7 +46,10 @@ from caslake.core.multitable import (
     consistent_heads,
     create_txn_record,
     decide,
+    names_table,
     read_record,
+    record_collectable,
+    retained_txn_ids,
     stage,
 )
 from caslake.core.pointer import (
@@ -90,7 +93,7 @@ from caslake.core.runner import (
     noop_result,
     run_operation,
 )
-from caslake.core.siblings import same_store
+from caslake.core.siblings import same_store, store_at
 from caslake.core.write_options import MiB, WriteOptions
 
 __all__ = [
@@ -151,6 +154,7 @@ __all__ = [
     "key_scan_where",
     "live_file_list",
     "load_masks",
+    "names_table",
     "noop_result",
     "partition_covers",
     "progress_advance",
@@ -163,8 +167,10 @@ __all__ = [
     "pyarrow_dataset",
     "read_footer",
     "read_record",
+    "record_collectable",
     "record_holds",
     "resolve",
+    "retained_txn_ids",
     "route",
     "run_operation",
     "same_store",
@@ -172,6 +178,7 @@ __all__ = [
     "shared_pool",
     "shutdown_all",
     "stage",
+    "store_at",
     "summary_matcher",
     "swap_record",
     "threads",

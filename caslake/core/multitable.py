@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 
 from caslake.core.changes import Changes
@@ -236,3 +236,45 @@ def mark_staged(manifest: Manifest, changes: Changes) -> Manifest:
     if isinstance(changes, StagedChanges) and changes.transaction is not None:
         return replace(manifest, transaction=changes.transaction)
     return manifest
+
+
+# --- gc and verify of records ----------------------------------------------------
+
+
+def retained_txn_ids(io: MetadataIO, refs: Iterable[tuple[Snapshot, bool]]) -> set[str]:
+    """The transactions the raw manifests of ``refs`` name (docs/protocol.md, "gc of
+    decision records"): each ``(snapshot, whole)``, with ``whole`` every version
+    from it down to its ``oldest_version`` (a branch), else that version alone (a
+    tag, a hold).  An aborted staged version reads as its parent's contents, so
+    the raw manifest under its key is what names the transaction."""
+    ids: set[str] = set()
+    for snap, whole in refs:
+        cur = snap
+        oldest = snap.manifest.oldest_version
+        while True:
+            ref = io.load_manifest(cur.key).transaction
+            if ref is not None:
+                ids.add(ref.id)
+            if not whole or cur.version <= oldest or cur.manifest.parent is None:
+                break
+            cur = io.parent(cur)
+    return ids
+
+
+def record_collectable(record: TxnRecord, retained: Callable[[str], set[str] | None]) -> bool:
+    """Whether gc may delete ``record``: it is decided, and no participant retains a
+    version naming it (``retained(uri)``: the ids a participant's retained versions
+    name, None if it cannot be read -- then the record stays)."""
+    if record.state == PENDING:
+        return False
+    for p in record.participants:
+        ids = retained(p.uri)
+        if ids is None or record.id in ids:
+            return False
+    return True
+
+
+def names_table(record: TxnRecord, uri: str, table_id: str) -> bool:
+    """Whether ``record`` names the table at ``uri`` (or with ``table_id``: a copy)."""
+    return any(p.table_id == table_id or p.uri.rstrip("/") == uri.rstrip("/")
+               for p in record.participants)
