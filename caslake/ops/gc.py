@@ -29,6 +29,11 @@ The rules (docs/protocol.md, "GC"):
   collected by the same rule: older than the cutoff (a staging file's mtime
   moves with every write to it, so a live writer's is young) and behind the
   same fence.  A staging file is checked again right before its unlink.
+* **Transaction records.** A decided multi-table transaction record under
+  ``_txn/`` older than the cutoff is deleted once no version any participant
+  retains names it (every branch, tag and hold of each participant, read through
+  :func:`caslake.core.store_at`); a pending one never is.  Reported under
+  ``deleted["_txn"]``.
 * **Holds on sources.** A clone's gc then releases its hold on every table
   that nothing it retains references any more
   (:func:`caslake.ops.clone.release_unused_holds`).
