@@ -258,7 +258,7 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
     settled = [m for m in ctx.store.list(INTENT_PREFIX)
                if (d := intent_deadline(m.key)) is not None and d <= settled_at]
     # Decided transaction records no participant's retained version names any more.
-    records = _collectable_records(ctx.store, cutoff)
+    records = _collectable_records(io, cutoff)
     doomed = [*doomed, *settled, *records]
     prefixes = [*prefixes, INTENT_PREFIX, TXN_PREFIX]
     for meta in doomed:
@@ -418,10 +418,12 @@ def _referenced(io: MetadataIO, versions: Iterable[Snapshot]) -> set[str]:
     return keys
 
 
-def _collectable_records(store: ObjectStore, cutoff: datetime) -> list[ObjectMeta]:
+def _collectable_records(io: MetadataIO, cutoff: datetime) -> list[ObjectMeta]:
     """The records under ``_txn/`` gc may delete (docs/protocol.md, "gc of decision
     records"): last modified before the cutoff, decided, and named by no version
-    any participant retains.  An unreadable record is kept (verify reports it)."""
+    any participant retains.  An unreadable record is kept (verify reports it).
+    ``io``: the table's own (its manifests are cached from gc's walk)."""
+    store = io.store
     old = [m for m in store.list(TXN_PREFIX)
            if m.last_modified is not None and m.last_modified < cutoff]
     retained: dict[str, set[str] | None] = {}
@@ -429,7 +431,8 @@ def _collectable_records(store: ObjectStore, cutoff: datetime) -> list[ObjectMet
     def named(uri: str) -> set[str] | None:
         key = uri.rstrip("/")
         if key not in retained:
-            retained[key] = _txns_retained(store, uri)
+            other = store_at(store, uri)
+            retained[key] = _txns_retained(io if other is store else MetadataIO(other))
         return retained[key]
 
     out = []
@@ -443,12 +446,11 @@ def _collectable_records(store: ObjectStore, cutoff: datetime) -> list[ObjectMet
     return out
 
 
-def _txns_retained(store: ObjectStore, uri: str) -> set[str] | None:
-    """The transactions the participant at ``uri`` still needs a record of: those its
-    retained versions (every branch's history, every tag and hold) name; None if
-    it cannot be read."""
+def _txns_retained(io: MetadataIO) -> set[str] | None:
+    """The transactions the participant read through ``io`` still needs a record
+    of: those its retained versions (every branch's history, every tag and hold)
+    name; None if it cannot be read."""
     try:
-        io = MetadataIO(store_at(store, uri))
         heads: list[tuple[Snapshot, bool]] = []
         for name in refs.list_branches(io):
             try:
