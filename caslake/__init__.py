@@ -7,6 +7,7 @@ Immutable Parquet data files and manifests, one compare-and-swap pointer
 from caslake.core import CommitPolicy, WriteOptions
 from caslake.errors import CaslakeError
 from caslake.expr import col, lit
+from caslake.ops.multi import snapshot, transaction
 from caslake.store.options import StorageOptions
 from caslake.table import (
     CommitResult,
@@ -32,5 +33,7 @@ __all__ = [
     "drop_table",
     "lit",
     "open_table",
+    "snapshot",
+    "transaction",
 ]
 __version__ = "0.1.0"

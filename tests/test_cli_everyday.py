@@ -56,7 +56,8 @@ def test_upsert_command_with_compound_key(tmp_path: Path) -> None:
     code, out = run("upsert", uri, str(src), "--key", "a,b")
     assert code == 0 and "upserted 3 rows" in out and "replaced 1" in out, out
     got = caslake.open_table(uri).to_arrow()
-    rel = duckdb.from_arrow(got)
+    own = duckdb.connect()  # a connection of its own: the view "got" dies with it
+    rel = own.from_arrow(got)
     assert rel.query("got", "select count(*), sum(v) from got").fetchone() == (8, 9.0)
 
 

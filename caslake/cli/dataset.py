@@ -113,7 +113,8 @@ def add_dataset_commands(sub: Any) -> None:
 
     def cmd(name: str, help: str, *, key: bool = True) -> argparse.ArgumentParser:
         sp: argparse.ArgumentParser = dsub.add_parser(name, help=help)
-        sp.add_argument("uri", help="store root: a path, file://, memory:// or s3://b/prefix")
+        sp.add_argument("uri", help="store root: a path, file://, memory://, s3://b/prefix, "
+                        "gs://b/prefix or az://container/prefix")
         if key:
             sp.add_argument("key", help="dataset key, e.g. silver/orders")
         sp.add_argument("--storage-option", "-o", action="append", metavar="KEY=VALUE",

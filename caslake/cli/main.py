@@ -26,6 +26,7 @@ from caslake.cli.common import storage_options as _storage_options
 from caslake.cli.dataset import add_dataset_commands
 from caslake.cli.input import FORMATS, TextOptions, open_input
 from caslake.cli.output import emit_json_lines, parse_size, write_output
+from caslake.cli.txn import add_txn_command
 from caslake.core import (
     SchemaConformer,
     progress_advance,
@@ -68,6 +69,10 @@ class Progress:
 
 
 
+
+#: The help text of every command's table-location argument.
+URI_HELP = ("table location: a path, file://, memory://, s3://b/prefix, gs://b/prefix or "
+            "az://container/prefix")
 
 def _bar(args: argparse.Namespace, desc: str, *, total: int | None = None,
          unit: str = "step") -> contextlib.AbstractContextManager[Any]:
@@ -775,7 +780,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def table_cmd(name: str, help: str) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
-        sp.add_argument("uri", help="table location: a path, file://, memory:// or s3://b/prefix")
+        sp.add_argument("uri", help=URI_HELP)
         sp.add_argument("--storage-option", "-o", action="append", metavar="KEY=VALUE",
                         help="store option, e.g. endpoint_url=http://... (repeatable)")
         return sp
@@ -981,7 +986,7 @@ def build_parser() -> argparse.ArgumentParser:
     for target, what in (("iceberg", "Iceberg v2 metadata under <table>/metadata/"),
                          ("delta", "a Delta commit in <table>/_delta_log/")):
         e = ex_sub.add_parser(target, help=f"write {what}")
-        e.add_argument("uri", help="table location: a path, file://, memory:// or s3://b/prefix")
+        e.add_argument("uri", help=URI_HELP)
         e.add_argument("--storage-option", "-o", action="append", metavar="KEY=VALUE",
                        help="store option, e.g. endpoint_url=http://... (repeatable)")
         e.add_argument("--version", type=int, help="export this version (default: latest)")
@@ -991,7 +996,7 @@ def build_parser() -> argparse.ArgumentParser:
         e.set_defaults(fn=cmd_export, out=None)
     e = ex_sub.add_parser("drop", help="delete an export (every object of it); refused while "
                           "the table property export.<format> is true")
-    e.add_argument("uri", help="table location: a path, file://, memory:// or s3://b/prefix")
+    e.add_argument("uri", help=URI_HELP)
     e.add_argument("--storage-option", "-o", action="append", metavar="KEY=VALUE",
                    help="store option, e.g. endpoint_url=http://... (repeatable)")
     e.add_argument("--format", required=True, choices=("iceberg", "delta"),
@@ -1002,6 +1007,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
     add_dataset_commands(sub)
+    add_txn_command(sub)
     return p
 
 

@@ -3,8 +3,10 @@
 Owns the table's metadata IO and time travel (``metadata_io``, ``segments``,
 ``history``), every conditional write -- create-only objects and records, the
 swaps of mutable records and how an unclear outcome is settled (``pointer``) --,
-the commit loop (``commit``), the progress bars of long work (``progress``), the typed changes a
-commit applies (``changes``) and the requirements it validates against its base
+the commit loop (``commit``), multi-table transactions' records, staged
+versions and atomic snapshots (``multitable``, ``siblings``), the progress
+bars of long work (``progress``), the typed changes a commit applies
+(``changes``) and the requirements it validates against its base
 (``requirements``), what conflicts with what (``conflicts``), the operation runner
 every write goes through (``runner``), the caches and pools (``cache``,
 ``footers``, ``pools``), the write options and input conversion an operation
@@ -37,6 +39,19 @@ from caslake.core.group import INTENT_PREFIX, GroupWrite, IntentSkipped
 from caslake.core.group import deadline_of as intent_deadline
 from caslake.core.history import COMPACT, HistoryEntry, complete_summary
 from caslake.core.metadata_io import MetadataIO, Snapshot
+from caslake.core.multitable import (
+    StagedChanges,
+    abort_pending,
+    committed_or_raise,
+    consistent_heads,
+    create_txn_record,
+    decide,
+    names_table,
+    read_record,
+    record_collectable,
+    retained_txn_ids,
+    stage,
+)
 from caslake.core.pointer import (
     CommitPolicy,
     Swap,
@@ -74,9 +89,11 @@ from caslake.core.runner import (
     CommitResult,
     TableContext,
     adopt_ref_move,
+    after_commit,
     noop_result,
     run_operation,
 )
+from caslake.core.siblings import same_store, store_at
 from caslake.core.write_options import MiB, WriteOptions
 
 __all__ = [
@@ -108,6 +125,7 @@ __all__ = [
     "SchemaUnchanged",
     "Snapshot",
     "SnapshotSubset",
+    "StagedChanges",
     "Swap",
     "SwapResult",
     "TableContext",
@@ -116,13 +134,19 @@ __all__ = [
     "TxnNotApplied",
     "UploadsNotCollected",
     "WriteOptions",
+    "abort_pending",
     "adopt_ref_move",
+    "after_commit",
     "as_reader",
     "backoff",
     "changed_since",
     "check_txn",
+    "committed_or_raise",
     "complete_summary",
+    "consistent_heads",
     "create_record",
+    "create_txn_record",
+    "decide",
     "external_uris",
     "find_commit",
     "intent_deadline",
@@ -130,6 +154,7 @@ __all__ = [
     "key_scan_where",
     "live_file_list",
     "load_masks",
+    "names_table",
     "noop_result",
     "partition_covers",
     "progress_advance",
@@ -141,13 +166,19 @@ __all__ = [
     "put_new_file",
     "pyarrow_dataset",
     "read_footer",
+    "read_record",
+    "record_collectable",
     "record_holds",
     "resolve",
+    "retained_txn_ids",
     "route",
     "run_operation",
+    "same_store",
     "settle",
     "shared_pool",
     "shutdown_all",
+    "stage",
+    "store_at",
     "summary_matcher",
     "swap_record",
     "threads",

@@ -60,6 +60,8 @@ class Changes:
     params: dict[str, str] = field(default_factory=dict)
     # Idempotent writes: (app id, txn version) recorded with the commit.
     txn: tuple[str, int] | None = None
+    # Group commit: the tokens of the other intents the version applies.
+    txns: tuple[tuple[str, int], ...] = ()
     # GC's expiry marker: raise the manifest's oldest_version (never lowers it).
     oldest_version: int | None = None
     # GC's fence (Manifest.collected_until_ms): raise it (never lowers it).
@@ -259,8 +261,8 @@ def apply_changes(base: Snapshot, changes: Changes, *, commit_id: str, token: st
                     deleted + sum(n for ref in changes.add_tombstones for n in ref.files.values()))
 
     txns = dict(bm.txns)
-    if changes.txn is not None:
-        txns[changes.txn[0]] = changes.txn[1]
+    for app, at in ((changes.txn,) if changes.txn is not None else ()) + changes.txns:
+        txns[app] = max(at, txns.get(app, at))  # a group fold: the highest per app
     summary = {"added_files": len(changes.add_files), "added_rows": added.rows,
                "added_bytes": added.bytes,
                "removed_files": (bm.totals.files if changes.remove_all

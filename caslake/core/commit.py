@@ -48,10 +48,13 @@ from caslake.core.group import (
     IntentReader,
     fold_prepare,
     new_intent,
+    note_contended,
     publish,
+    recently_contended,
     remove_intent,
 )
 from caslake.core.metadata_io import MetadataIO, Snapshot
+from caslake.core.multitable import mark_staged, resolve_base
 from caslake.core.pointer import CommitPolicy, backoff, put_new, settle, swap_record
 from caslake.core.segments import write_segment
 from caslake.errors import (
@@ -217,10 +220,21 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
     joined: _Joined | None = None
     attempt = 0
     try:
+        if (group is not None and policy.group_commit
+                and recently_contended(io.store.uri, key, policy.group_sticky_s)):
+            # Contended lately: the classic swap would mostly lose (and spend the
+            # key's swap rate); publish the intent at once.
+            joined = _join_group(io, key, group, requirements, commit_id, policy, now_ms)
         while joined is not None or attempt < policy.max_attempts:
-            attempt += 1
             if joined is not None and joined.closing(now_ms()):
                 return _leave_group(io, key, joined, commit_id, policy, now_ms, attempt)
+            if joined is not None and joined.watching():
+                # Wait for another writer's fold before folding ourselves.
+                mine = _watch(io, key, joined, commit_id)
+                if mine is not None:
+                    return CommitOutcome(mine, commit_id, max(attempt, 1))
+                continue
+            attempt += 1
             try:
                 done = _attempt(io, key, joined.prepare if joined else prepare,
                                 joined.requirements if joined else requirements, policy,
@@ -255,7 +269,7 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
                 return done
             if joined is None and group is not None and policy.group_commit:
                 joined = _join_group(io, key, group, requirements, commit_id, policy, now_ms)
-                continue  # fold at once: the version we lost to may not hold us
+                continue  # watch, then fold: the version we lost to may not hold us
             if joined is not None:
                 _group_pause(policy, joined)
             else:
@@ -283,9 +297,31 @@ class _Joined:
     since: int
 
     margin_ms: int
+    fold_at: float  # monotonic time from which this writer folds itself
+    poll_s: float
+    polls: int = 0
 
     def closing(self, now: int) -> bool:
         return now >= self.intent.deadline_ms - self.margin_ms
+
+    def watching(self) -> bool:
+        """Still only waiting for another writer's fold to apply our intent."""
+        return time.monotonic() < self.fold_at
+
+
+def _watch(io: MetadataIO, key: str, joined: _Joined, commit_id: str) -> Snapshot | None:
+    """One watch round: our snapshot if a version holds our commit, else None after a
+    pause that backs off from ``poll_s`` to 8 times it (never past the fold time).
+    A store error is only a round without news: the deadline still settles us."""
+    with contextlib.suppress(StoreError):
+        pointer, _ = io.read_pointer(key)
+        mine = _applied_since(io, pointer, commit_id, joined.since)
+        if mine is not None:
+            return mine
+    wait = joined.poll_s * 2 ** min(joined.polls, 3)
+    joined.polls += 1
+    time.sleep(max(0.0, min(random.uniform(wait / 2, wait), joined.fold_at - time.monotonic())))
+    return None
 
 
 @dataclass(frozen=True)
@@ -309,8 +345,12 @@ def _join_group(io: MetadataIO, key: str, group: GroupWrite,
     intent = new_intent(key, group, commit_id=commit_id, table_id=pointer.table_id,
                         now_ms=now_ms(), ttl_ms=policy.intent_ttl_ms)
     publish(io, intent)
+    note_contended(io.store.uri, key)
+    # Writers whose intents waited longest fold first; a fold applies the others'.
+    fold_at = time.monotonic() + policy.group_fold_after_s * random.uniform(1.0, 1.5)
     return _Joined(intent, reader, fold_prepare(io, intent, reader, now_ms),
-                   (*requirements, _OwnWrite(group)), pointer.version, policy.intent_margin_ms)
+                   (*requirements, _OwnWrite(group)), pointer.version, policy.intent_margin_ms,
+                   fold_at, policy.group_poll_s)
 
 
 def _expiry_marker(intent: Intent, base: Snapshot) -> Changes:
@@ -386,7 +426,8 @@ def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | N
         if mine is not None:
             return CommitOutcome(mine, commit_id, attempt)
         unsettled.intersection_update(v for v in set(unsettled) if v > pointer.version)
-    base = io.snapshot_for_pointer(pointer)
+    # A staged head of a multi-table transaction: build on it once decided.
+    base = resolve_base(io, io.snapshot_for_pointer(pointer), now_ms=now_ms)
     try:
         for requirement in requirements:
             requirement.validate(base, io)
@@ -406,6 +447,7 @@ def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | N
     manifest_key, manifest = apply_changes(
         base, changes, commit_id=commit_id, token=new_token(), created_at_ms=now_ms(),
         load=partial(io.segment_entries, where=base.key), write=write)
+    manifest = mark_staged(manifest, changes)  # a multi-table transaction's part
     # A segment this attempt wrote and then folded into a bigger one in the same
     # call was never referenced by any manifest: remove it now (best effort; gc
     # would otherwise keep it until it is older than its fence).

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from caslake.core.cache import LruCache
-from caslake.core.changes import Changes
+from caslake.core.changes import Changes, check_txn
 from caslake.core.metadata_io import MetadataIO, Snapshot
 from caslake.core.pointer import put_new
-from caslake.core.requirements import SchemaUnchanged, UploadsNotCollected
+from caslake.core.requirements import SchemaUnchanged, TxnNotApplied, UploadsNotCollected
 from caslake.errors import CaslakeError, CommitConflict, CorruptMetadata, StoreError
 from caslake.format.keys import new_token
 from caslake.format.manifest import (
@@ -66,20 +67,25 @@ class IntentSkipped(UserWarning):
 @dataclass(frozen=True)
 class GroupWrite:
     """A commit that may take the group path: an append of already uploaded files
-    written with ``schema``; ``started_at_ms`` is gc's fence check (None: none)."""
+    written with ``schema``; ``started_at_ms`` is gc's fence check (None: none);
+    ``txn`` its idempotency token ``(app_id, version)`` (None: none)."""
 
     operation: str
     files: tuple[DataFile, ...]
     schema: TableSchema
     started_at_ms: int | None
+    txn: tuple[str, int] | None = None
 
     def check(self, base: Snapshot, io: MetadataIO) -> None:
         """Raise the typed conflict this write would meet committing on ``base``.
         Each failure is monotone along the chain (schema ids only advance, gc's fence
-        only rises), so an intent refused on a base is refused on every later one."""
+        only rises, a recorded txn version only rises), so an intent refused on a
+        base is refused on every later one."""
         SchemaUnchanged(self.schema).validate(base, io)
         if self.started_at_ms is not None:
             UploadsNotCollected(self.started_at_ms, self.operation).validate(base, io)
+        if self.txn is not None:
+            TxnNotApplied(self.txn).validate(base, io)
 
     @property
     def rows(self) -> int:
@@ -104,14 +110,35 @@ class Intent:
         return AppliedIntent(self.id, self.commit_id, len(self.write.files), self.write.rows)
 
     def to_bytes(self) -> bytes:
+        # A tagged intent is format 2, which a folder that knows no txn skips: it
+        # would otherwise apply the write without recording its token.
+        txn = self.write.txn
+        extra: dict[str, Any] = {} if txn is None else {"txn": list(txn)}
         return json.dumps({
-            "format": INTENT_FORMAT, "format_version": 1, "table_id": self.table_id,
+            "format": INTENT_FORMAT, "format_version": 1 if txn is None else 2, **extra,
+            "table_id": self.table_id,
             "pointer_key": self.pointer_key, "commit_id": self.commit_id,
             "created_ms": self.created_ms, "deadline_ms": self.deadline_ms,
             "operation": self.write.operation, "started_at_ms": self.write.started_at_ms,
             "schema": self.write.schema.to_json(),
             "files": [f.to_json() for f in self.write.files]},
             separators=(",", ":")).encode()
+
+
+# Sticky contention: (store URI, pointer key) -> when (monotonic s) a commit of this
+# process last took the group path there.  Only a hint: it never decides an outcome.
+_CONTENDED: dict[tuple[str, str], float] = {}
+
+
+def note_contended(uri: str, pointer_key: str) -> None:
+    """A commit to this table and ref took the group path now."""
+    _CONTENDED[(uri, pointer_key)] = time.monotonic()
+
+
+def recently_contended(uri: str, pointer_key: str, window_s: float) -> bool:
+    """Did a commit of this process take the group path here within ``window_s``?"""
+    at = _CONTENDED.get((uri, pointer_key))
+    return at is not None and time.monotonic() - at < window_s
 
 
 def intent_key(deadline_ms: int, token: str) -> str:
@@ -132,9 +159,10 @@ def parse_intent(data: bytes, key: str, partitioning: Partitioning | None = None
         doc = json.loads(data)
         if not isinstance(doc, dict) or doc.get("format") != INTENT_FORMAT:
             raise CorruptMetadata(key, "not a caslake intent")
-        if doc.get("format_version") != 1:
+        if doc.get("format_version") not in (1, 2):
             raise CorruptMetadata(key, f"unknown intent format_version "
                                        f"{doc.get('format_version')!r}")
+        txn = _txn(doc, key)
         schema = parse_table_schema(doc["schema"], source=f"{key}: schema")
         files = tuple(parse_data_file(raw, schema, source=f"{key}: files[{i}]",
                                       partitioning=partitioning)
@@ -144,7 +172,8 @@ def parse_intent(data: bytes, key: str, partitioning: Partitioning | None = None
                         _str(doc, "commit_id"), _int(doc, "created_ms"),
                         _int(doc, "deadline_ms"),
                         GroupWrite(_str(doc, "operation"), files, schema,
-                                   None if started is None else _int(doc, "started_at_ms")))
+                                   None if started is None else _int(doc, "started_at_ms"),
+                                   txn))
     except CorruptMetadata:
         raise
     except (KeyError, TypeError, ValueError) as e:
@@ -152,6 +181,19 @@ def parse_intent(data: bytes, key: str, partitioning: Partitioning | None = None
     if deadline_of(key) != intent.deadline_ms:
         raise CorruptMetadata(key, "the deadline in the key and the body differ")
     return intent
+
+
+def _txn(doc: dict[str, Any], key: str) -> tuple[str, int] | None:
+    """The intent's idempotency token: present exactly in format 2."""
+    if doc["format_version"] == 1:
+        if "txn" in doc:
+            raise CorruptMetadata(key, "a format 1 intent has no txn")
+        return None
+    raw = doc["txn"]
+    try:
+        return check_txn(tuple(raw) if isinstance(raw, list) else raw)
+    except CaslakeError as e:
+        raise CorruptMetadata(key, f"bad txn: {e}") from None
 
 
 def _str(doc: dict[str, Any], name: str) -> str:
@@ -277,9 +319,11 @@ def fold_prepare(io: MetadataIO, own: Intent, reader: IntentReader,
         others = [i for i in reader.pending(base, now) if i.commit_id != own.commit_id]
         done = applied_since(io, base, others)
         batch = [own]
+        tokens = {own.write.txn}
         for intent in others:
-            if intent.commit_id in done:
-                continue
+            if intent.commit_id in done or (intent.write.txn is not None
+                                            and intent.write.txn in tokens):
+                continue  # applied already, or its token is in the batch: once
             try:
                 intent.write.check(base, io)
             except CommitConflict:
@@ -287,9 +331,12 @@ def fold_prepare(io: MetadataIO, own: Intent, reader: IntentReader,
             except CaslakeError:
                 continue
             batch.append(intent)
+            tokens.add(intent.write.txn)
         files = tuple(f for i in batch for f in i.write.files)
         return Changes(own.write.operation, add_files=files,
                        params={"group_intents": str(len(batch))},
+                       txn=own.write.txn,
+                       txns=tuple(i.write.txn for i in batch[1:] if i.write.txn is not None),
                        intents=tuple(i.applied() for i in batch))
 
     return prepare

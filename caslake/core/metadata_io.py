@@ -3,7 +3,11 @@
 Owns: GET of the pointer (``_latest_manifest`` for ``main``; the key is a
 parameter, so a ref can have its own) and ``manifest/*``, resolution of segment
 references into a live file list, and time travel by version or timestamp
-through the ancestors' skip pointers (O(log n) manifest GETs).
+through the ancestors' skip pointers (O(log n) manifest GETs), and what readers
+see of a multi-table transaction's *staged* version (:meth:`MetadataIO.visible`:
+the version if its record says committed, else its parent's contents; time travel
+and history show an aborted one with its parent's contents, :meth:`settled`;
+docs/protocol.md, "Multi-table transactions").
 Never writes.
 """
 
@@ -11,21 +15,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from caslake.core.cache import LruCache
 from caslake.core.segments import MightMatch, iter_segment_files, segment_files
+from caslake.core.siblings import store_at
 from caslake.errors import CorruptMetadata, NotFound, TableNotFound, VersionNotFound
 from caslake.format.keys import POINTER_KEY
 from caslake.format.manifest import (
+    ABORTED,
+    COMMITTED,
+    PENDING,
     DataFile,
     Manifest,
     Pointer,
     SegmentRef,
+    TransactionRef,
+    TxnRecord,
     parse_manifest,
     parse_pointer,
+    parse_txn_record,
+    txn_record_key,
 )
 from caslake.store.base import ObjectStore
+
+#: The operation of :meth:`MetadataIO.rolled_back`'s view of an aborted staged
+#: version (never written: no manifest on storage has it).
+ROLLED_BACK = "transaction_aborted"
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,7 @@ class MetadataIO:
         self.store = store
         self.pointer_key = pointer_key  # the ref this IO reads by default
         self._cache: LruCache[str, Manifest] = LruCache(cache_size)  # keys are never reused
+        self._decided: LruCache[str, TxnRecord] = LruCache(1024)  # decided: never change
 
     # --- pointer and manifests -------------------------------------------------
 
@@ -60,6 +77,8 @@ class MetadataIO:
         return parse_pointer(res.data, key), res.etag
 
     def remember(self, key: str, manifest: Manifest) -> None:
+        if manifest.operation == ROLLED_BACK:
+            return  # a view of an aborted staged version: the object there differs
         self._cache.put(key, manifest)
 
     def load_manifest(self, key: str) -> Manifest:
@@ -81,8 +100,81 @@ class MetadataIO:
             return list(pool.map(self.load_manifest, keys))
 
     def latest(self, pointer_key: str | None = None) -> Snapshot:
+        """The version readers see at the head of the ref (:meth:`visible`)."""
         pointer, _ = self.read_pointer(pointer_key)
-        return self.snapshot_for_pointer(pointer)
+        return self.visible(self.snapshot_for_pointer(pointer))
+
+    # --- multi-table transactions (read side) ----------------------------------------
+
+    def txn_record(self, ref: TransactionRef) -> tuple[TxnRecord, str | None]:
+        """The record deciding a staged version, and its ETag (None when it came from
+        the cache of decided records).  A missing record is CorruptMetadata."""
+        cached = self._decided.get(ref.id)
+        if cached is not None:
+            return cached, None
+        key = txn_record_key(ref.id)
+        try:
+            res = store_at(self.store, ref.record).get(key)
+        except NotFound:
+            raise CorruptMetadata(f"{ref.record}/{key}", "the record of a staged version is "
+                                  "missing") from None
+        record = parse_txn_record(res.data, key)
+        if record.id != ref.id:
+            raise CorruptMetadata(key, f"the record is transaction {record.id}'s")
+        if record.state != PENDING:
+            self._decided.put(ref.id, record)
+        return record, res.etag
+
+    def remember_decided(self, record: TxnRecord) -> None:
+        """Cache a decided record this process wrote (its owner's handles then build
+        on their own staged versions without a GET)."""
+        if record.state != PENDING:
+            self._decided.put(record.id, record)
+
+    def visible(self, snap: Snapshot) -> Snapshot:
+        """What readers see of ``snap``: itself unless it is a staged version whose
+        transaction is not committed -- then its parent while the record is
+        pending, and :meth:`rolled_back` once it is aborted.  One record GET per
+        staged version met (none for a version without ``transaction``)."""
+        while snap.manifest.transaction is not None:
+            record, _ = self.txn_record(snap.manifest.transaction)
+            if record.state == COMMITTED:
+                return snap
+            if record.state == ABORTED:
+                return self.rolled_back(snap)
+            snap = self.parent(snap)
+        return snap
+
+    def settled(self, snap: Snapshot) -> Snapshot:
+        """``snap`` as time travel and history see it: an aborted staged version as
+        :meth:`rolled_back` (its commit id kept, so commit settling still finds it);
+        any other version as it is -- a pending one too (only the raw head of the
+        commit path can be pending: readers' heads are :meth:`visible`)."""
+        ref = snap.manifest.transaction
+        if ref is not None and self.txn_record(ref)[0].state == ABORTED:
+            return self.rolled_back(snap)
+        return snap
+
+    def parent(self, snap: Snapshot) -> Snapshot:
+        """The version before ``snap`` (VersionNotFound for version 0)."""
+        if snap.manifest.parent is None:
+            raise VersionNotFound(f"version {snap.version} has no parent")
+        return self._step(snap, snap.manifest.parent, snap.version - 1)
+
+    def rolled_back(self, staged: Snapshot) -> Snapshot:
+        """An aborted staged version as it reads and as writers build on it: its
+        number, key, commit time and skip pointers, with its parent's contents
+        (never cached under the staged key: the manifest there stays as written)."""
+        m = staged.manifest
+        p = self.visible(self.parent(staged)).manifest
+        return Snapshot(replace(
+            p, version=m.version, parent=m.parent, commit_id=m.commit_id,
+            created_at_ms=m.created_at_ms, ancestors=m.ancestors,
+            operation=ROLLED_BACK, operation_params={},
+            summary=dict.fromkeys(m.summary, 0), intents=(), transaction=None,
+            format_version=max(p.format_version, m.format_version),
+            oldest_version=max(p.oldest_version, m.oldest_version),
+            collected_until_ms=max(p.collected_until_ms, m.collected_until_ms)), staged.key)
 
     def snapshot_for_pointer(self, pointer: Pointer) -> Snapshot:
         manifest = self.load_manifest(pointer.manifest)
@@ -171,7 +263,7 @@ class MetadataIO:
                 raise CorruptMetadata(cur.key, f"no ancestor reaches version {version}")
             best = min(jumps, key=lambda a: a.version)
             cur = self._step(cur, best.manifest, best.version)
-        return cur
+        return self.settled(cur)
 
     def as_of(self, head: Snapshot, ts_ms: int) -> Snapshot:
         """The newest version committed at or before ``ts_ms`` (commit times are monotonic)."""
@@ -187,8 +279,8 @@ class MetadataIO:
                 raise VersionNotFound("no version of the table is that old "
                                       f"(version {cur.version} was committed after it)")
             self._check_retained(head, parent[0].version)
-            return self._step(cur, parent[0].manifest, parent[0].version)
-        return cur
+            return self.settled(self._step(cur, parent[0].manifest, parent[0].version))
+        return self.settled(cur)
 
     def _check_retained(self, head: Snapshot, version: int) -> None:
         oldest = head.manifest.oldest_version
@@ -208,12 +300,19 @@ class MetadataIO:
         return Snapshot(m, key)
 
     def history(self, head: Snapshot, limit: int | None = None) -> list[Snapshot]:
-        """Versions from ``head`` back to the oldest one gc retained, newest first."""
-        out = [head]
+        """Versions from ``head`` back to the oldest one gc retained, newest first
+        (an aborted staged version as :meth:`rolled_back`)."""
+        out = [self.settled(head)]
         cur = head
         oldest = head.manifest.oldest_version
         while (cur.manifest.parent is not None and cur.version > oldest
                and (limit is None or len(out) < limit)):
             cur = self._step(cur, cur.manifest.parent, cur.version - 1)
-            out.append(cur)
+            try:
+                out.append(self.settled(cur))
+            except VersionNotFound:
+                # The oldest retained version is an aborted staged one whose parent
+                # gc expired: it has no contents left to show (time travel to it is
+                # VersionNotFound too), so history ends above it.
+                break
         return out

@@ -76,11 +76,16 @@ class CommitPolicy:
     # it is new; ``intent_ttl_ms`` is an intent's deadline after its publication,
     # ``intent_margin_ms`` how close to it a folder stops applying it (liveness: room
     # for the writes; the deadline rule itself is on commit times), ``group_poll_s``
-    # the base wait between folds.
+    # the base wait between polls and folds, ``group_fold_after_s`` how long a
+    # writer only watches for a fold by others before it folds itself, and
+    # ``group_sticky_s`` how long after a commit took the group path the process's
+    # next appends to that table publish their intents at once.
     group_commit: bool = False
     intent_ttl_ms: int = 20_000
     intent_margin_ms: int = 2_000
     group_poll_s: float = 0.02
+    group_fold_after_s: float = 0.25
+    group_sticky_s: float = 5.0
 
 
 def backoff(policy: CommitPolicy, attempt: int) -> None:

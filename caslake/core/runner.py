@@ -149,7 +149,8 @@ def _guarded(prepare: Callable[[Snapshot], Changes | None], io: MetadataIO,
     return checked
 
 
-def _after_commit(ctx: TableContext, snapshot: Snapshot) -> None:
+def after_commit(ctx: TableContext, snapshot: Snapshot) -> None:
+    """Run the handle's after-commit hooks on a version that has just committed."""
     for hook in ctx.on_commit:
         name = getattr(hook, "__name__", hook)
         try:
@@ -193,8 +194,9 @@ def run_operation(ctx: TableContext, operation: str,
                                 commit_id=commit_id, pointer_key=ctx.pointer_key,
                                 group=group)
     ctx._set_snapshot(outcome.snapshot)
-    if not outcome.noop:
-        _after_commit(ctx, outcome.snapshot)
+    if not outcome.noop and outcome.snapshot.manifest.transaction is None:
+        # (A multi-table transaction's staged version runs them once committed.)
+        after_commit(ctx, outcome.snapshot)
     m = outcome.snapshot.manifest
     requests = _cost(ctx, started)
     counts = {} if outcome.noop else commit_counts(m)

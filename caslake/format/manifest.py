@@ -210,6 +210,18 @@ class AppliedIntent:
 
 
 @dataclass(frozen=True)
+class TransactionRef:
+    """A staged version's multi-table transaction: its id, and the URI of the table
+    whose ``_txn/<id>.json`` decides it (docs/format.md, "Transaction record")."""
+
+    id: str
+    record: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "record": self.record}
+
+
+@dataclass(frozen=True)
 class Manifest:
     table_id: str
     version: int
@@ -243,6 +255,9 @@ class Manifest:
     # Group commit: the intents this version applied (not carried forward; readers
     # ignore it, so it needs no format version).
     intents: tuple[AppliedIntent, ...] = ()
+    # Multi-table transactions: set on a *staged* version, committed only if its
+    # record says so (not carried forward).
+    transaction: TransactionRef | None = None
 
     def has_commit(self, commit_id: str) -> bool:
         """Whether this version is ``commit_id``'s: its own, or a group-commit intent
@@ -287,6 +302,7 @@ class Manifest:
             "files": [f.to_json() for f in self.files],
             **(self.partitioning.to_json() if self.partitioning is not None else {}),
             **({"intents": [i.to_json() for i in self.intents]} if self.intents else {}),
+            **({"transaction": self.transaction.to_json()} if self.transaction else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -650,6 +666,10 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
         idoc = doc.child(f"intents[{i}]", raw)
         intents.append(AppliedIntent(idoc.get("id", str), idoc.get("commit_id", str),
                                      idoc.nonneg("files"), idoc.nonneg("rows")))
+    transaction = None
+    if doc.obj.get("transaction") is not None:
+        tdoc = doc.child("transaction", doc.get("transaction", dict))
+        transaction = TransactionRef(_txn_id(tdoc, "id"), tdoc.get("record", str))
     return Manifest(
         table_id=doc.get("table_id", str), version=version, parent=parent,
         commit_id=doc.get("commit_id", str),
@@ -664,4 +684,78 @@ def parse_manifest(data: bytes, key: str) -> Manifest:
                       t.get("deleted_rows", int, optional=True, default=0)),
         format_version=fv, oldest_version=oldest, external=external,
         collected_until_ms=collected_until, partitioning=partitioning,
-        intents=tuple(intents))
+        intents=tuple(intents), transaction=transaction)
+
+
+# --- multi-table transaction records ---------------------------------------------
+
+TXN_FORMAT = "caslake-txn"
+TXN_PREFIX = "_txn/"
+PENDING, COMMITTED, ABORTED = "pending", "committed", "aborted"
+_TXN_STATES = (PENDING, COMMITTED, ABORTED)
+
+
+def txn_record_key(txn_id: str) -> str:
+    """The key, under its coordinator table's root, of transaction ``txn_id``'s record."""
+    return f"{TXN_PREFIX}{txn_id}.json"
+
+
+def _txn_id(doc: _Doc, name: str) -> str:
+    v: str = doc.get(name, str)
+    if len(v) != 32 or any(c not in "0123456789abcdef" for c in v):
+        raise doc.error(f"{name} must be 32 lowercase hex digits")
+    return v
+
+
+@dataclass(frozen=True)
+class TxnParticipant:
+    """One table of a multi-table transaction: its URI and id, the version it was at
+    when the transaction began, and its staged version (None until committed)."""
+
+    uri: str
+    table_id: str
+    base_version: int
+    version: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"uri": self.uri, "table_id": self.table_id,
+                "base_version": self.base_version, "version": self.version}
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    """A multi-table transaction's decision record (docs/format.md, "Transaction
+    record"): ``pending`` until one swap makes it ``committed`` or ``aborted``."""
+
+    id: str
+    state: str
+    created_ms: int
+    deadline_ms: int
+    participants: tuple[TxnParticipant, ...]
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({
+            "format": TXN_FORMAT, "format_version": 1, "id": self.id, "state": self.state,
+            "created_ms": self.created_ms, "deadline_ms": self.deadline_ms,
+            "participants": [p.to_json() for p in self.participants],
+        }, separators=(",", ":")).encode()
+
+
+def parse_txn_record(data: bytes, key: str) -> TxnRecord:
+    doc = _Doc(key, _load_json(data, key))
+    if doc.get("format", str) != TXN_FORMAT:
+        raise doc.error(f"format is not {TXN_FORMAT!r}")
+    if doc.get("format_version", int) != 1:
+        raise UnsupportedFormatVersion(key, "transaction record format_version is not 1; "
+                                       "upgrade caslake")
+    state = doc.get("state", str)
+    if state not in _TXN_STATES:
+        raise doc.error(f"state {state!r} is not one of {', '.join(_TXN_STATES)}")
+    parts = []
+    for i, raw in doc.items("participants"):
+        pdoc = doc.child(f"participants[{i}]", raw)
+        version = pdoc.get("version", int, optional=True)
+        parts.append(TxnParticipant(pdoc.get("uri", str), pdoc.get("table_id", str),
+                                    pdoc.nonneg("base_version"), version))
+    return TxnRecord(_txn_id(doc, "id"), state, doc.nonneg("created_ms"),
+                     doc.nonneg("deadline_ms"), tuple(parts))

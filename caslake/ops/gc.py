@@ -29,6 +29,11 @@ The rules (docs/protocol.md, "GC"):
   collected by the same rule: older than the cutoff (a staging file's mtime
   moves with every write to it, so a live writer's is young) and behind the
   same fence.  A staging file is checked again right before its unlink.
+* **Transaction records.** A decided multi-table transaction record under
+  ``_txn/`` older than the cutoff is deleted once no version any participant
+  retains names it (every branch, tag and hold of each participant, read through
+  :func:`caslake.core.store_at`); a pending one never is.  Reported under
+  ``deleted["_txn"]``.
 * **Holds on sources.** A clone's gc then releases its hold on every table
   that nothing it retains references any more
   (:func:`caslake.ops.clone.release_unused_holds`).
@@ -60,11 +65,14 @@ from caslake.core import (
     intent_deadline,
     progress_advance,
     progress_total,
+    record_collectable,
+    retained_txn_ids,
     run_operation,
+    store_at,
 )
-from caslake.errors import InvalidArgument, RefNotFound, RetryBudgetExhausted
+from caslake.errors import CaslakeError, InvalidArgument, RefNotFound, RetryBudgetExhausted
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TOMBSTONE_PREFIX
-from caslake.format.manifest import SegmentRef
+from caslake.format.manifest import TXN_PREFIX, SegmentRef, parse_txn_record
 from caslake.format.properties import retention_policy
 from caslake.format.refs import BRANCH_PREFIX, REFS_PREFIX, branch_key
 from caslake.ops import refs
@@ -76,6 +84,7 @@ DEFAULT_RETENTION = timedelta(days=7)
 _PREFIXES = (MANIFEST_PREFIX, SEGMENT_PREFIX, DATA_PREFIX, TOMBSTONE_PREFIX)
 EXPIRE = "expire"  # the operation of GC's marker commit
 STAGING = "staging"  # GcReport.deleted's name for the store's staging files
+TXN = TXN_PREFIX.rstrip("/")  # GcReport.deleted's name for multi-table transaction records
 
 
 class ExtraRoots(Protocol):
@@ -248,8 +257,10 @@ def collect_garbage(ctx: TableContext, *, retention: timedelta | None = None,
     settled_at = min(h.manifest.created_at_ms for _, h, _ in branches)
     settled = [m for m in ctx.store.list(INTENT_PREFIX)
                if (d := intent_deadline(m.key)) is not None and d <= settled_at]
-    doomed = [*doomed, *settled]
-    prefixes = [*prefixes, INTENT_PREFIX]
+    # Decided transaction records no participant's retained version names any more.
+    records = _collectable_records(io, cutoff)
+    doomed = [*doomed, *settled, *records]
+    prefixes = [*prefixes, INTENT_PREFIX, TXN_PREFIX]
     for meta in doomed:
         prefix = next(p for p in prefixes if meta.key.startswith(p))
         report.deleted.setdefault(prefix.rstrip("/"), []).append(meta.key)
@@ -405,6 +416,55 @@ def _referenced(io: MetadataIO, versions: Iterable[Snapshot]) -> set[str]:
         keys.add(ref.manifest)
         keys.update(f.path for f in io.iter_segment(ref, where) if f.path not in gone)
     return keys
+
+
+def _collectable_records(io: MetadataIO, cutoff: datetime) -> list[ObjectMeta]:
+    """The records under ``_txn/`` gc may delete (docs/protocol.md, "gc of decision
+    records"): last modified before the cutoff, decided, and named by no version
+    any participant retains.  An unreadable record is kept (verify reports it).
+    ``io``: the table's own (its manifests are cached from gc's walk)."""
+    store = io.store
+    old = [m for m in store.list(TXN_PREFIX)
+           if m.last_modified is not None and m.last_modified < cutoff]
+    retained: dict[str, set[str] | None] = {}
+
+    def named(uri: str) -> set[str] | None:
+        key = uri.rstrip("/")
+        if key not in retained:
+            other = store_at(store, uri)
+            retained[key] = _txns_retained(io if other is store else MetadataIO(other))
+        return retained[key]
+
+    out = []
+    for meta in old:
+        try:
+            record = parse_txn_record(store.get(meta.key).data, meta.key)
+        except CaslakeError:
+            continue
+        if record_collectable(record, named):
+            out.append(meta)
+    return out
+
+
+def _txns_retained(io: MetadataIO) -> set[str] | None:
+    """The transactions the participant read through ``io`` still needs a record
+    of: those its retained versions (every branch's history, every tag and hold)
+    name; None if it cannot be read."""
+    try:
+        heads: list[tuple[Snapshot, bool]] = []
+        for name in refs.list_branches(io):
+            try:
+                heads.append((refs.branch_head(io, name), True))
+            except RefNotFound:
+                continue  # dropped while we listed
+        heads += [(refs.tag_snapshot(io, t.name), False) for t in refs.list_tags(io)]
+        heads += [(refs.target_snapshot(io, h.target, where=h.key), False)
+                  for h in refs.list_holds(io)]
+        if not heads:
+            return None  # no table there: keep the record
+        return retained_txn_ids(io, heads)
+    except CaslakeError:
+        return None
 
 
 def _delete_all(ctx: TableContext, keys: Iterable[str]) -> None:

@@ -380,8 +380,9 @@ def _download_estimate(store: ObjectStore, fp: _FilePlan) -> int:
     pieces += [bytes(e - s) for s, e in aux] + [bytes(fp.file.footer_size)]
     merged = sp._merge_pieces(pieces)  # the same layout the splice produces
     parts = sp.plan_parts(merged, min_part=store.min_part_size)
-    client_side = type(store).compose is ObjectStore.compose  # copies are downloads
-    if any(isinstance(p, sp.SourceRange) for p in parts):
+    client_side = store.range_copy == "client"  # copies are downloads
+    # A store that cannot copy ranges ("none"): purge rewrites, downloading them all.
+    if store.range_copy != "none" and any(isinstance(p, sp.SourceRange) for p in parts):
         for part in parts:
             if isinstance(part, sp.SourceRange):
                 total += _fetched(store, [(part.start, part.end)]) if client_side else 0

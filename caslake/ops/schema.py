@@ -10,6 +10,7 @@ the extra columns in the append's own commit.  Never writes data files.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -23,8 +24,9 @@ from caslake.core import (
     TableContext,
     run_operation,
 )
-from caslake.errors import InvalidArgument, InvalidSchemaChange, SchemaMismatch
+from caslake.errors import CaslakeError, InvalidArgument, InvalidSchemaChange, SchemaMismatch
 from caslake.format.partition import Partitioning
+from caslake.format.properties import CLUSTERING_COLUMNS, Clustering, clustering_policy
 from caslake.format.schema import LIST, MAP, STRUCT, Field, TableSchema
 from caslake.format.schema_evolution import (
     AddColumn,
@@ -38,6 +40,7 @@ from caslake.format.schema_evolution import (
     map_input_columns,
 )
 from caslake.ops import refs
+from caslake.ops.cluster import cluster_fields
 
 # pyarrow-stubs type the nested constructors narrower than pyarrow accepts.
 _pa: Any = pa
@@ -103,14 +106,42 @@ class SchemaUpdate:
         new = evolve(planned, self._changes)
         refs.ensure_format(ctx.io)  # format 2: readers must match columns by field id
 
+        properties = _clustering_after(self._base.manifest.properties, planned, new)
+
         def prepare(base: Snapshot) -> Changes:
-            return Changes(SCHEMA_OPERATION, schema=new,
+            return Changes(SCHEMA_OPERATION, schema=new, properties=properties,
                            params={"schema_id": str(new.schema_id),
                                    "changes": "; ".join(c.describe() for c in self._changes)})
 
         return run_operation(ctx, SCHEMA_OPERATION, prepare,
                              requirements=(SchemaUnchanged(planned, exact=True),),
                              started=started)
+
+
+def _clustering_after(properties: Mapping[str, str], planned: TableSchema,
+                      new: TableSchema) -> dict[str, str] | None:
+    """The ``clustering.columns`` property under the ``new`` schema: a renamed column
+    renamed in it too; a dropped one refused (InvalidSchemaChange naming it, as Delta
+    refuses), since every later compaction would fail.  None: nothing to change."""
+    clustering = clustering_policy(properties)
+    if clustering is None:
+        return None
+    try:
+        fields = cluster_fields(planned, clustering)
+    except CaslakeError:
+        return None  # already unusable: the schema change neither fixes nor worsens it
+    by_id = {f.id: f for f in new.fields}
+    names = []
+    for f in fields:
+        if f.id not in by_id:
+            raise InvalidSchemaChange(
+                f"column {f.name!r} is a clustering column ({CLUSTERING_COLUMNS} = "
+                f"{clustering.to_property()!r}); set_properties a clustering without it "
+                "first", column=f.name)
+        names.append(by_id[f.id].name)
+    if names == [f.name for f in fields]:
+        return None
+    return {CLUSTERING_COLUMNS: Clustering(clustering.kind, tuple(names)).to_property()}
 
 
 def _check_partition_sources(partitioning: Partitioning | None, new: TableSchema,

@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 
@@ -26,6 +26,7 @@ from caslake.core import (
     CommitResult,
     Condition,
     FilesUntouchedSince,
+    GroupWrite,
     KeyCondition,
     PredicateCondition,
     ReadSetUnchanged,
@@ -69,11 +70,35 @@ def upsert_keys(key: Sequence[str] | str, data_columns: Iterable[str],
     return keys
 
 
-class Transaction:
+class CommitOnExit:
+    """A ``with`` block that commits on a clean exit and aborts when it raises."""
+
+    def commit(self) -> object:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+class Transaction(CommitOnExit):
     """Use as ``with table.transaction() as tx: ...``; commits on a clean exit.
 
     Works on a table handle's :class:`TableContext` (``table.context``); the
     requests and bytes it reports count from its creation, uploads included."""
+
+    #: An append-only commit may join a group commit, whose fold puts its files in
+    #: another writer's version (a multi-table part must not: its version is staged).
+    GROUPABLE = True
 
     def __init__(self, context: TableContext, *, read_version: int | None = None,
                  planner: Planner | None = None, started: dict[str, int] | None = None,
@@ -183,6 +208,7 @@ class Transaction:
             requirements = (TxnNotApplied(self._txn),)  # checked first: a replay is a no-op
         if self._read_version is not None:
             requirements += (ReadSetUnchanged(self._read_version, conditions, operation),)
+        requirements += self._requirements()
 
         def plan_on(base: Snapshot) -> None:
             plan = self._planner(io, ctx.footers, ctx.tombstones, base, conditions)
@@ -204,11 +230,26 @@ class Transaction:
                                   state["hidden"])
             if changes is None and self._txn is not None:  # nothing to change: still
                 changes = Changes(operation, params=dict(self._params))  # record the txn
-            return None if changes is None else replace(changes, txn=self._txn)
+            return self._finish(operation, None if changes is None
+                                else replace(changes, txn=self._txn))
 
+        # Appends only: the commit does not depend on the base, so it may join a
+        # group commit (deletes and upserts re-plan on each base: classic loop).
+        group = (GroupWrite(operation, files, ctx.snapshot.manifest.schema, None, self._txn)
+                 if self.GROUPABLE and files and not conditions and self._read_version is None
+                 else None)
         self.result = run_operation(ctx, operation, prepare, requirements=requirements,
-                                    started=self._started, commit_id=commit_id)
+                                    started=self._started, commit_id=commit_id, group=group)
         return self.result
+
+    def _requirements(self) -> tuple[Requirement, ...]:
+        """More requirements of the commit (a multi-table part adds its own)."""
+        return ()
+
+    def _finish(self, operation: str, changes: Changes | None) -> Changes | None:
+        """The changes to commit on a base, from what was planned on it (a
+        multi-table part marks them staged)."""
+        return changes
 
     def abort(self) -> None:
         """Forget the staged work and remove the data files it uploaded (never
@@ -220,15 +261,6 @@ class Transaction:
             with contextlib.suppress(StoreError):
                 self._ctx.store.delete(f.path)
 
-    def __enter__(self) -> Transaction:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ version:
   itself -- a copied table has other ETags -- and is counted in
   ``etags_differ``; the content is proven by checksums: tombstones by their own
   CRC-32 (parsed below), data files by the footer CRC-32 with ``deep``;
+* a staged version of a multi-table transaction: its record exists, parses,
+  names the table and is decided (or pending within its deadline); a committed
+  record's participants' staged versions exist (:func:`_check_staged`);
 * every tombstone parses, matches the files it is referenced for, and stays
   within their row counts and row groups;
 * with ``deep``: every data file's Parquet footer matches the manifest's CRC-32,
@@ -34,6 +37,7 @@ Never writes.  Problems are collected, not raised, so one run reports them all.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,12 +52,22 @@ from caslake.core import (
     Snapshot,
     TombstoneCache,
     load_masks,
+    names_table,
     progress_advance,
     progress_task,
     read_footer,
+    store_at,
 )
 from caslake.errors import CaslakeError, NotFound, RefNotFound
-from caslake.format.manifest import DataFile, TombstoneRef
+from caslake.format.manifest import (
+    COMMITTED,
+    PENDING,
+    DataFile,
+    TombstoneRef,
+    TxnRecord,
+    parse_txn_record,
+    txn_record_key,
+)
 from caslake.format.parquet import VERIFY_PAGE_CHECKSUMS
 from caslake.format.refs import MAIN, REFS_PREFIX, Hold, hold_key
 from caslake.ops import refs
@@ -154,6 +168,7 @@ def verify_table(store: ObjectStore, *, deep: bool = False, all_versions: bool =
     seen_tombs: dict[str, TombstoneRef] = {}
     checked: dict[str, list[Problem]] = {}  # manifest key -> problems of that version
     objects: dict[int, set[str]] = {}  # id of a RefCheck -> the objects it references
+    records: set[str] = set()  # transaction records whose participants were checked
     for check, chain, oldest in _ref_chains(io, head, all_versions, report):
         report.refs.append(check)
         mine = objects.setdefault(id(check), set())
@@ -162,6 +177,7 @@ def verify_table(store: ObjectStore, *, deep: bool = False, all_versions: bool =
                 report.versions_checked += 1
                 before = len(report.problems)
                 _check_snapshot(io, snap, report, seen_files, seen_tombs, oldest=oldest)
+                _check_staged(io, snap, report, records)
                 checked[snap.key] = report.problems[before:]
             check.problems.extend(checked[snap.key])
             mine.update(_object_keys(io, snap))
@@ -276,6 +292,69 @@ def _check_snapshot(io: MetadataIO, snap: Snapshot, report: VerifyReport,
         load_masks(io.store, TombstoneCache(), m.tombstones, by_path, by_path, m.schema)
     except CaslakeError as e:
         report.problems.append(Problem(getattr(e, "key", snap.key), str(e)))
+
+
+def _check_staged(io: MetadataIO, snap: Snapshot, report: VerifyReport,
+                  records: set[str]) -> None:
+    """A staged version's record (docs/protocol.md, "verify of staged versions"):
+    it exists, parses, is its transaction's, names this table, is decided (or
+    pending within its deadline); a committed one's participants' staged
+    versions exist (or were expired by their gc).  ``records``: records whose
+    participants were checked already."""
+    try:
+        raw = io.load_manifest(snap.key)  # an aborted version reads as its parent
+    except CaslakeError:
+        return  # reported by _check_snapshot
+    ref = raw.transaction
+    if ref is None:
+        return
+    key = txn_record_key(ref.id)
+    where = f"{ref.record.rstrip('/')}/{key}"
+    try:
+        record = parse_txn_record(store_at(io.store, ref.record).get(key).data, key)
+    except NotFound:
+        report.problems.append(Problem(where, f"missing: the record of staged version "
+                                       f"{snap.version} of {io.store.uri}"))
+        return
+    except CaslakeError as e:
+        report.problems.append(Problem(where, str(e)))
+        return
+    if record.id != ref.id:
+        report.problems.append(Problem(where, f"the record is transaction {record.id}'s"))
+    if not names_table(record, io.store.uri, raw.table_id):
+        report.problems.append(Problem(where, f"does not name {io.store.uri} (table "
+                                       f"{raw.table_id}) as a participant, yet its staged "
+                                       f"version {snap.version} refers to it"))
+    if record.state == PENDING and record.deadline_ms < int(time.time() * 1000):
+        report.problems.append(Problem(where, f"pending past its deadline under staged "
+                                       f"version {snap.version}, which a later version "
+                                       "builds on"))
+    if record.state == COMMITTED and record.id not in records:
+        records.add(record.id)
+        report.problems.extend(Problem(where, p) for p in _participant_problems(io, record))
+
+
+def _participant_problems(io: MetadataIO, record: TxnRecord) -> list[str]:
+    """What is wrong with the staged versions a committed ``record`` names."""
+    out = []
+    for p in record.participants:
+        if p.version is None:
+            out.append(f"committed, but names no staged version of {p.uri}")
+            continue
+        try:
+            pio = MetadataIO(store_at(io.store, p.uri))
+            head = pio.snapshot_for_pointer(pio.read_pointer()[0])
+            if p.version > head.version:
+                out.append(f"names version {p.version} of {p.uri}, which is at version "
+                           f"{head.version}")
+            elif p.version >= head.manifest.oldest_version:
+                staged = pio.load_manifest(pio.at_version(head, p.version).key).transaction
+                if staged is None or staged.id != record.id:
+                    out.append(f"names version {p.version} of {p.uri}, which is not a "
+                               "staged version of this transaction")
+        except CaslakeError as e:
+            out.append(f"participant {p.uri} version {p.version} cannot be read: {e}")
+    return out
 
 
 def _check_footers(store: ObjectStore, files: list[DataFile], report: VerifyReport) -> None:

@@ -199,9 +199,10 @@ def commit_files(store: ObjectStore, *, uri: str, storage_options: StorageOption
         # The runner refuses the commit if gc collected uploads made after the first
         # task began (only when it adds files, as the requirement did here before).
         started = {} if started_at_ms is None else {STARTED_AT_MS: started_at_ms}
-        # A plain append may join a group commit (the table's commit.group property).
-        group = (GroupWrite(operation, tuple(files), schema, None)
-                 if not overwrite and txn is None else None)
+        # An append -- a stream's micro-batch with its txn too -- may join a group
+        # commit (the table's commit.group property).
+        group = (GroupWrite(operation, tuple(files), schema, None, txn)
+                 if not overwrite else None)
         result = run_operation(ctx, operation, prepare, requirements=requirements,
                                started=started, commit_id=commit_id, group=group)
     except CommitOutcomeUnknown as e:

@@ -16,7 +16,9 @@ part exists, row counts and schema hash agree), then reads its parts in tasks,
 pinned to the ETags the driver saw, pruning row groups by ``filter``.
 
 The store must be reachable from the executors (a local path on a shared
-filesystem, or ``s3://``); ``memory://`` stores live in one process only.
+filesystem, ``s3://``, ``az://`` or ``gs://``: an object store is passed to them as
+its URI and :meth:`~caslake.store.s3.ObstoreStore.reopen_options`);
+``memory://`` stores live in one process only.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from caslake.dataset.write import PartLayout, batch_stream, write_parts
 from caslake.errors import InvalidArgument, SchemaMismatch, StoreError
 from caslake.expr import compile_where
 from caslake.spark.arrow_jobs import map_in_arrow
-from caslake.store import LocalStore, MemoryStore, ObjectStore, S3Store, open_store
+from caslake.store import LocalStore, MemoryStore, ObjectStore, open_store
 from caslake.store.options import StorageOptions
+from caslake.store.s3 import ObstoreStore
 
 _TASK_SCHEMA = "part string, rows long, schema_hash string"
 
@@ -53,14 +56,9 @@ def _location(uri_or_store: str | ObjectStore,
         uri = uri_or_store.uri
     elif isinstance(uri_or_store, LocalStore):
         uri = str(uri_or_store.root)
-    elif isinstance(uri_or_store, S3Store):
-        s = uri_or_store.settings
+    elif isinstance(uri_or_store, ObstoreStore):  # s3://, az://, gs://
         uri = uri_or_store.uri
-        found = {"endpoint_url": s.endpoint_url, "region": s.region,
-                 "access_key_id": s.access_key_id, "secret_access_key": s.secret_access_key,
-                 "session_token": s.session_token,
-                 "allow_http": "true" if s.allow_http else None}
-        opts = {**{k: v for k, v in found.items() if v is not None}, **opts}
+        opts = {**uri_or_store.reopen_options(), **opts}
     else:
         raise InvalidArgument(f"cannot hand a {type(uri_or_store).__name__} to Spark "
                               "executors: pass a URI and storage_options")

@@ -27,7 +27,9 @@ Spark treats every path as a glob pattern, so glob characters of the root
 read as ``file:``; ``s3://`` tables as ``s3a://``, which needs ``hadoop-aws``
 (and its AWS SDK) on Spark's classpath and ``fs.s3a.*`` settings (endpoint,
 credentials) in the Spark configuration: caslake's ``storage_options`` are
-used for the metadata only.
+used for the metadata only.  ``az://`` and ``gs://`` tables need Hadoop connector
+jars caslake does not bundle: :class:`NativeReadUnsupported` says so, and the
+data source (``spark.read.format("caslake")``) reads them.
 Anything Spark cannot read is an ``InvalidArgument`` naming the path.
 """
 
@@ -287,6 +289,16 @@ def file_locations(spark: SparkSession, store: ObjectStore, files: Sequence[Data
     return out
 
 
+#: Stores whose files Spark's own reader reaches only through a Hadoop connector jar.
+_CONNECTORS = {"az": "hadoop-azure connector (abfss://)",
+               "gs": "Cloud Storage connector (gcs-connector, gs://)"}
+
+
+class NativeReadUnsupported(InvalidArgument):
+    """``read_native`` on a store Spark's Parquet reader cannot reach here (Azure Blob,
+    GCS: their Hadoop connectors are not bundled); the data source reads it."""
+
+
 def spark_paths(spark: SparkSession, store: ObjectStore) -> tuple[str, str]:
     """For the table root: the path to hand Spark, and the prefix Spark reports in
     ``_metadata.file_path`` for the files under it."""
@@ -295,6 +307,12 @@ def spark_paths(spark: SparkSession, store: ObjectStore) -> tuple[str, str]:
     elif isinstance(store, S3Store):
         read_root = f"s3a://{store.bucket}" + (f"/{store.prefix}" if store.prefix else "")
         scheme = "s3a"
+    elif store.uri.startswith(tuple(_CONNECTORS)):
+        scheme = store.uri.split(":", 1)[0]
+        raise NativeReadUnsupported(
+            f"read_native cannot read {store.uri}: Spark's Parquet reader needs the "
+            f"{_CONNECTORS[scheme]} on its classpath, which caslake does not bundle; "
+            "use spark.read.format('caslake') (the Python data source) instead")
     else:
         raise InvalidArgument(f"read_native cannot read {store.uri}: Spark's Parquet reader "
                               "reads local and s3a:// paths; use spark.read.format('caslake')")

@@ -9,6 +9,8 @@ URI                                    backend
 ``az://container/prefix``              :class:`~caslake.store.azure.AzureBlobStore`
 ``abfs[s]://container@account.dfs``    the same (``...core.windows.net/path``,
                                        as Spark writes it; docs/azure.md)
+``gs://bucket/prefix``                 :class:`~caslake.store.gcs.GcsStore`
+                                       (the ``gcs`` extra; docs/gcs.md)
 =====================================  ========================================
 
 The contract every backend honours is documented in :mod:`caslake.store.base`.
@@ -89,11 +91,12 @@ _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 def open_store(uri: str, storage_options: StorageOptions | None = None
                ) -> ObjectStore:
     """The store for ``uri``: ``memory://``, ``file://`` or a plain path, ``s3://``,
-    or Azure Blob (``az://``, ``abfs://``, ``abfss://``).
+    Azure Blob (``az://``, ``abfs://``, ``abfss://``) or Google Cloud Storage (``gs://``).
 
     ``storage_options`` (:class:`StorageOptions`) only apply to ``s3://`` (see
-    :func:`caslake.store.s3.resolve_s3_settings`) and Azure (see
-    :func:`caslake.store.azure.resolve_azure_settings`); passing any to another
+    :func:`caslake.store.s3.resolve_s3_settings`), Azure (see
+    :func:`caslake.store.azure.resolve_azure_settings`) and ``gs://`` (see
+    :func:`caslake.store.gcs.resolve_gcs_settings`); passing any to another
     backend is an error.  Raises StoreConfigError, naming the URI, for an
     unknown scheme or a malformed URI.
     """
@@ -109,10 +112,14 @@ def open_store(uri: str, storage_options: StorageOptions | None = None
         from caslake.store.azure import AzureBlobStore
 
         return AzureBlobStore(uri, storage_options)
+    if scheme == "gs":
+        from caslake.store.gcs import GcsStore
+
+        return GcsStore(uri, storage_options)
     if storage_options:
         raise StoreConfigError(
             f"storage options {sorted(storage_options)} do not apply to {uri!r} "
-            "(only s3:// and Azure URIs take storage options)"
+            "(only s3://, Azure and gs:// URIs take storage options)"
         )
     if scheme == "memory":
         return MemoryStore(uri)
@@ -120,5 +127,5 @@ def open_store(uri: str, storage_options: StorageOptions | None = None
         return LocalStore(uri)
     raise StoreConfigError(
         f"unsupported URI scheme {scheme!r} in {uri!r} "
-        "(use memory://, file://, a local path, s3://, az:// or abfss://)"
+        "(use memory://, file://, a local path, s3://, az://, abfss:// or gs://)"
     )

@@ -291,6 +291,15 @@ class ObjectStore(ABC):
                   if isinstance(p, CopyFrom) else p for p in parts]
         return self.put(dest, b"".join(chunks), mode=PutMode.CREATE)
 
+    @property
+    def range_copy(self) -> str:
+        """How :meth:`compose` gets a :class:`CopyFrom` part's bytes: ``"client"``
+        (downloaded and uploaded again: this default), ``"server"`` (copied inside
+        the store: a backend that overrides :meth:`compose`) or ``"none"`` (it cannot
+        copy ranges, so a caller such as purge rewrites the whole object).  Cost
+        estimates read it; :meth:`compose` itself decides nothing by it."""
+        return "client" if type(self).compose is ObjectStore.compose else "server"
+
     def prepare_compose(self) -> None:
         """A hint that :meth:`compose` will be called soon: a backend may set up what it
         needs for it (S3: the multipart client) in the background, while the caller

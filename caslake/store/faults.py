@@ -169,6 +169,10 @@ class FaultyStore(ObjectStore):
         return self._run("compose", dest,  # type: ignore[return-value]
                          lambda: self.inner.compose(dest, parts))
 
+    @property
+    def range_copy(self) -> str:
+        return self.inner.range_copy
+
     def prepare_compose(self) -> None:
         self.inner.prepare_compose()  # a hint: no request, nothing to inject
 

@@ -1,10 +1,11 @@
 """``StorageOptions``: the keys a caller may pass as ``storage_options``.
 
-Only ``s3://`` and Azure (``az://``, ``abfs[s]://``) URIs take storage options
-(:func:`caslake.store.open_store` rejects any for ``memory://`` and local
+Only ``s3://``, Azure (``az://``, ``abfs[s]://``) and ``gs://`` URIs take storage
+options (:func:`caslake.store.open_store` rejects any for ``memory://`` and local
 paths, which read no option and no environment variable).
-:func:`caslake.store.s3.resolve_s3_settings` and
-:func:`caslake.store.azure.resolve_azure_settings` read them, each only the
+:func:`caslake.store.s3.resolve_s3_settings`,
+:func:`caslake.store.azure.resolve_azure_settings` and
+:func:`caslake.store.gcs.resolve_gcs_settings` read them, each only the
 keys of its own backend (marked below; the client keys at the end are
 shared): each key is matched case-insensitively, the aliases listed below name
 the same setting, and a key it does not know raises StoreConfigError.  A key
@@ -21,7 +22,7 @@ from typing import TypedDict
 
 
 class StorageOptions(TypedDict, total=False):
-    """Connection settings for an ``s3://`` or Azure table (like obstore's ``S3Config``).
+    """Connection settings for an ``s3://``, Azure or ``gs://`` table (like obstore's ``S3Config``).
 
     Values may also be given as strings (as Spark options always are):
     booleans as ``true``/``false``/``1``/``0``/``yes``/``no``, numbers as text.
@@ -37,6 +38,8 @@ class StorageOptions(TypedDict, total=False):
     #: Azure: the blob endpoint with the account (``http://127.0.0.1:10000/devstoreaccount1``
     #: for Azurite).  Env: ``AZURE_STORAGE_ENDPOINT``; default
     #: ``https://ACCOUNT.blob.core.windows.net``.
+    #: GCS: the JSON API endpoint (an emulator's ``http://127.0.0.1:4443``).
+    #: Env: ``STORAGE_EMULATOR_HOST``; default ``https://storage.googleapis.com``.
     endpoint_url: str
     #: Alias of ``endpoint_url``.
     endpoint: str
@@ -76,6 +79,24 @@ class StorageOptions(TypedDict, total=False):
     #: or ``SharedAccessSignature=...``); its fields fill what the keys above leave out.
     #: Env: ``AZURE_STORAGE_CONNECTION_STRING``.
     connection_string: str
+    #: GCS: path of a service-account JSON key file.
+    #: Env: ``GOOGLE_APPLICATION_CREDENTIALS``; without either, application-default
+    #: credentials (``gcloud auth application-default login``, the metadata server).
+    service_account_path: str
+    #: Alias of ``service_account_path``.
+    google_service_account: str
+    #: Alias of ``service_account_path``.
+    google_application_credentials: str
+    #: GCS: the service-account JSON key itself (its text); wins over the path.
+    service_account_key: str
+    #: GCS project (only used to name the caller; objects need none).
+    #: Env: ``GOOGLE_CLOUD_PROJECT``; default: the credentials' project.
+    project_id: str
+    #: Alias of ``project_id``.
+    project: str
+    #: GCS: send no credentials (emulators, public buckets).  No env; default: true
+    #: when ``STORAGE_EMULATOR_HOST`` gives the endpoint and no credentials are set.
+    anonymous: bool | str
     #: Allow a plain ``http://`` endpoint.  No env; default: whether the endpoint is http://.
     allow_http: bool | str
     #: Virtual-hosted-style requests (``bucket.host``) instead of path style.
@@ -83,9 +104,10 @@ class StorageOptions(TypedDict, total=False):
     virtual_hosted_style: bool | str
     #: Alias of ``virtual_hosted_style``.
     virtual_hosted_style_request: bool | str
-    #: Retries of one request by obstore.  No env; default 3.
+    #: Retries of one request by obstore (GCS: by caslake's own retries; the
+    #: client library's are off).  No env; default 3.
     max_retries: int | str
-    #: Whole retry budget of one request, in seconds.  No env; default 20.
+    #: Whole retry budget of one request, in seconds (S3 and Azure).  No env; default 20.
     retry_timeout: float | str
     #: Connection timeout, in seconds.  No env; default 5.
     connect_timeout: float | str

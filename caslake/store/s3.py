@@ -150,22 +150,33 @@ class S3Settings:
                 f"allow_http={self.allow_http}, virtual_hosted_style={self.virtual_hosted_style})")
 
 
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` -> ``("bucket", "some/prefix")``; StoreConfigError if bad."""
-    if not uri.startswith(SCHEME):
-        raise StoreConfigError(f"not an s3:// URI: {uri!r}")
-    rest = uri[len(SCHEME):]
+def split_bucket_uri(uri: str, scheme: str, name: str, bucket_re: re.Pattern[str],
+                     rule: str = "") -> tuple[str, str]:
+    """``{scheme}bucket/some/prefix`` -> ``("bucket", "some/prefix")`` for a store
+    called ``name`` ("S3", "GCS") whose bucket names match ``bucket_re`` (``rule``
+    says how, in the error); StoreConfigError naming the URI if it is malformed."""
+    if not uri.startswith(scheme):
+        raise StoreConfigError(f"not an {scheme} URI: {uri!r}" if name == "S3"
+                               else f"not a {scheme} URI: {uri!r}")
+    rest = uri[len(scheme):]
     if "?" in rest or "#" in rest:
-        raise StoreConfigError(f"S3 URI {uri!r} must not carry a query or fragment")
+        raise StoreConfigError(f"{name} URI {uri!r} must not carry a query or fragment")
     bucket, _, prefix = rest.partition("/")
     if not bucket:
-        raise StoreConfigError(f"S3 URI {uri!r} names no bucket (expected s3://bucket/prefix)")
-    if not _BUCKET_RE.match(bucket):
-        raise StoreConfigError(f"S3 URI {uri!r} has an invalid bucket name {bucket!r}")
+        raise StoreConfigError(
+            f"{name} URI {uri!r} names no bucket (expected {scheme}bucket/prefix)")
+    if not bucket_re.match(bucket):
+        raise StoreConfigError(f"{name} URI {uri!r} has an invalid bucket name {bucket!r}"
+                               + (f" ({rule})" if rule else ""))
     segments = [seg for seg in prefix.split("/") if seg]
     if any(seg in (".", "..") for seg in segments):
-        raise StoreConfigError(f"S3 URI {uri!r} has a '.' or '..' segment in its prefix")
+        raise StoreConfigError(f"{name} URI {uri!r} has a '.' or '..' segment in its prefix")
     return bucket, "/".join(segments)
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix`` -> ``("bucket", "some/prefix")``; StoreConfigError if bad."""
+    return split_bucket_uri(uri, SCHEME, "S3", _BUCKET_RE)
 
 
 def _as_bool(name: str, value: OptionValue, uri: str) -> bool:
@@ -478,6 +489,11 @@ class ObstoreStore(ObjectStore):
     def _where(self) -> str:
         return self.uri
 
+    def reopen_options(self) -> StorageOptions:
+        """Storage options that open this store again from :attr:`uri` in another
+        process (Spark executors): the settings it resolved, secrets included."""
+        raise NotImplementedError
+
     def _map(self, exc: BaseException, op: Op, key: str | None) -> CaslakeError:
         return map_obstore_error(exc, op=op, key=key, where=self._where(),
                                  credentials_help=self.credentials_help,
@@ -734,6 +750,14 @@ class S3Store(ObstoreStore):
 
     def __repr__(self) -> str:
         return f"S3Store({self.uri!r}, endpoint={self.settings.endpoint_url!r})"
+
+    def reopen_options(self) -> StorageOptions:
+        s = self.settings
+        found = {"endpoint_url": s.endpoint_url, "region": s.region,
+                 "access_key_id": s.access_key_id, "secret_access_key": s.secret_access_key,
+                 "session_token": s.session_token,
+                 "allow_http": "true" if s.allow_http else None}
+        return cast(StorageOptions, {k: v for k, v in found.items() if v is not None})
 
     def _make_obstore(self) -> _ObstoreS3:
         s = self.settings

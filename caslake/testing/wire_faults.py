@@ -1,4 +1,5 @@
-"""A fault-injecting HTTP proxy for an S3 endpoint (moto), on loopback: :class:`FaultProxy`.
+"""A fault-injecting HTTP proxy for an S3 endpoint (moto) or any other plain-HTTP store
+emulator (fake-gcs-server, Azurite), on loopback: :class:`FaultProxy`.
 
 The proxy sits between a real S3 client (obstore, boto3) and a real server,
 so the client's own retries and timeouts meet real wire faults -- something
@@ -9,6 +10,8 @@ rules in order (HTTP method, key prefix, seeded rate); kinds:
 ``"slowdown"``
     answer ``503 SlowDown`` (S3's XML error body); the request is *not*
     forwarded.
+``"throttle"``
+    answer ``429 Too Many Requests`` (GCS's rate-limit answer); *not* forwarded.
 ``"reset"``
     read the request, then reset the client connection (TCP RST); *not*
     forwarded.
@@ -36,9 +39,10 @@ test can assert that each fault it set up really happened.
 
 Bounds: the proxy listens on 127.0.0.1 only, forwards only to the one
 upstream it was given, keeps at most ``max_connections`` client connections,
-and shuts itself down after ``lifetime_s`` even if nobody stops it.  It speaks
-path-style S3 only (``/bucket/key``), which is what caslake uses with an
-explicit endpoint.  Stdlib only.
+and shuts itself down after ``lifetime_s`` even if nobody stops it.  Rules match
+keys in path-style S3 requests (``/bucket/key``), which is what caslake uses with
+an explicit endpoint; on other stores' requests, match by method (GCS uploads are
+POSTs, Azure's are PUTs) with an empty ``prefix``.  Stdlib only.
 """
 
 from __future__ import annotations
@@ -58,11 +62,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-KINDS = ("slowdown", "reset", "lost_reply", "delay", "late")
+KINDS = ("slowdown", "throttle", "reset", "lost_reply", "delay", "late")
 METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE"})
 
 _SLOWDOWN_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
                   b"<Message>Please reduce your request rate.</Message></Error>")
+_THROTTLE_BODY = b'{"error": {"code": 429, "message": "rate limit exceeded"}}'
 _XML_KEY = re.compile(rb"<Key>(.*?)</Key>", re.DOTALL)
 # Hop-by-hop headers: never copied from one connection to the other.
 _HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te",
@@ -182,6 +187,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(*self._forward(body))
         elif final.kind == "slowdown":
             self._reply(503, [("Content-Type", "application/xml")], _SLOWDOWN_BODY)
+        elif final.kind == "throttle":
+            self._reply(429, [("Content-Type", "application/json")], _THROTTLE_BODY)
         elif final.kind == "reset":
             self._reset()
         elif final.kind == "lost_reply":

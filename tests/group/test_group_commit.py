@@ -7,6 +7,7 @@ result names, and that version's manifest lists its commit."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -235,3 +236,30 @@ def test_the_commit_group_property_turns_it_on_for_every_writer(tmp_path: Path) 
     assert t.version - 1 < len(results) == 60  # one version was set_properties
     got = sorted(t.scan().to_arrow()["id"].to_pylist())
     assert got == sorted(i for _, sent in results for i in sent)
+
+
+def test_a_writer_contended_lately_publishes_at_once_and_a_lone_one_never(
+        tmp_path: Path) -> None:
+    """Sticky contention: within ``group_sticky_s`` of a commit that took the group
+    path, the process's next append to that table publishes its intent at once (its
+    version applies it as an intent); a table never contended keeps the classic
+    swap, and so does the same table once the window has passed."""
+    from caslake.core.group import note_contended
+
+    quiet = caslake.create_table(str(tmp_path / "quiet"), SCHEMA)
+    busy = caslake.create_table(str(tmp_path / "busy"), SCHEMA)
+    for t in (quiet, busy):
+        t.commit_policy = CommitPolicy(group_commit=True, group_fold_after_s=0.0,
+                                       group_sticky_s=0.5)
+    note_contended(busy.store.uri, busy.context.pointer_key)
+    rows = pa.table({"id": [1], "writer": [0]}, schema=SCHEMA)
+    r = busy.append(rows)
+    assert r.intents_applied == 1  # its own intent, folded by itself
+    assert busy.snapshot.manifest.intents[0].commit_id == r.commit_id
+    r = quiet.append(rows)
+    assert r.intents_applied == 0 and not quiet.snapshot.manifest.intents
+
+    time.sleep(0.6)  # the window has passed (the last join was the busy append)
+    r = busy.append(rows)
+    assert r.intents_applied == 0
+    assert sorted(busy.scan().to_arrow()["id"].to_pylist()) == [1, 1]

@@ -14,7 +14,10 @@ insert/insert_all, by-source update/delete, with conditions on both sides), rest
 a retained version (an expired one is ``VersionExpired``; a race makes it
 ``ConcurrentModification``, nothing applied), read a random retained version, reopen
 the table (a new handle, cold caches), compact (same rows, fewer files; under the
-same faults and races as writes), run gc with a clock 30 days ahead (everything but
+same faults and races as writes), cluster (``compact(sort_by=...)``/``zorder_by``
+by drawn columns, or the ``clustering.columns`` property and a plain compact: same
+rows, and the files it wrote, read with pyarrow, in key order; a struct leaf is
+refused, typed), run gc with a clock 30 days ahead (everything but
 the newest data version expires, and afterwards exactly the referenced objects
 remain), export (on a local store, whose files the outside readers can open: the
 Iceberg export read by pyiceberg, every snapshot it keeps, and the Delta export read
@@ -37,6 +40,11 @@ equal the model before the operation or after it (and, unless the error was
 :class:`CommitOutcomeUnknown`, a failed write must have left the old version; a
 returned write must have made the new one).
 
+Coverage is proved by an explicit program (``coverage_script``: every rule, every
+write rule making a version, faults ending both ways), run through the machine
+before its random programs, which then have no coverage checks of their own: a
+new rule needs only a step in that script.
+
 Invariants after every step: the latest table equals the model; every
 acknowledged commit (``CommitResult.commit_id``) is in the history at the
 version it was acknowledged at, and the history has exactly the versions the
@@ -50,7 +58,7 @@ unfiltered queries and a temp view), ``read_native``, the Iceberg and Delta expo
 with pyiceberg, deltalake and DuckDB, Parquet datasets -- against a model of every
 version's columns and rows (a struct column from the start; new columns may be
 structs, lists or maps; every path must have compared nested values), under renames,
-drop and re-add of a column, new columns, compaction, gc, ``purge(expire=True)``
+drop and re-add of a column, new columns, compaction, clustering, gc, ``purge(expire=True)``
 with an erasure check that decodes every object, and clone chains three deep;
 ``test_clone_chain_read_paths`` reads such a chain (a struct field renamed in it)
 through every path.
@@ -61,9 +69,10 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import re
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -72,7 +81,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, Phase, event, note, settings
+from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -105,8 +114,9 @@ from caslake.errors import (
     VersionNotFound,
 )
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, POINTER_KEY, TOMBSTONE_PREFIX
+from caslake.format.properties import CLUSTERING_COLUMNS, SORT, ZORDER
 from caslake.ops import purge as purge_mod
-from caslake.ops.compact import plan_compaction
+from caslake.ops.compact import ClusterOrder, cluster_order, plan_compaction
 from caslake.ops.merge import MergeBuilder
 from caslake.ops.verify import verify_table
 from caslake.store import open_store
@@ -400,6 +410,53 @@ class Race:
     delete: Pred | None = None  # ... or deletes by this predicate
 
 
+# A clustering compaction's columns: the top-level orderable ones; with a struct leaf
+# (refused: clustering takes top-level columns) one draw in three.
+CLUSTER_COLUMNS = ("id", "s", "f")
+CLUSTER_LEAVES = (None, None, None, None, "dev.os", "dev.hw.ram")
+CLUSTER_HOW = ("sort", "zorder", "property")
+
+
+def _order_key(v: Any) -> tuple[int, Any]:
+    """A value's place in a clustering order: NULL below every value."""
+    return (0, 0) if v is None else (1, v)
+
+
+def check_clustered(t: Table, kind: str, names: list[str]) -> int:
+    """The files the head version (a clustering compaction) added, read back with
+    pyarrow, per partition: by ``sort``, each file's rows in key order and the files
+    one sorted run (each file's last key at most the next file's first); by
+    ``zorder``, the files' key boxes pairwise disjoint in some column, unless both
+    hold one and the same key (a run of one key longer than a file cannot be cut
+    apart).  Returns how many files it read."""
+    mio = t.io
+    head = t.refresh().snapshot
+    before = {f.path for f in mio.live_files(mio.at_version(head, head.version - 1))}
+    parts: dict[Any, list[list[tuple[tuple[int, Any], ...]]]] = {}
+    for f in mio.live_files(head):
+        if f.path in before:
+            continue
+        data = pq.read_table(io.BytesIO(t.store.get(f.path).data), columns=names)
+        keys = list(zip(*([_order_key(v) for v in data[n].to_pylist()] for n in names),
+                        strict=True))
+        assert keys, f"clustering wrote an empty file {f.path}"
+        parts.setdefault(f.partition, []).append(keys)
+    for files in parts.values():
+        if kind == SORT:
+            assert all(keys == sorted(keys) for keys in files), f"a file out of {names} order"
+            run = sorted(files)
+            assert all(a[-1] <= b[0] for a, b in itertools.pairwise(run)), (
+                f"sorted files overlap in {names}: {[(k[0], k[-1]) for k in run]}")
+        else:
+            boxes = [tuple((min(c), max(c)) for c in zip(*keys, strict=True))
+                     for keys in files]
+            for a, b in itertools.combinations(boxes, 2):
+                apart = any(x[1] < y[0] or y[1] < x[0] for x, y in zip(a, b, strict=True))
+                point = all(lo == hi for lo, hi in a)
+                assert apart or (point and a == b), f"z-ordered files overlap: {a} {b}"
+    return sum(len(files) for files in parts.values())
+
+
 class Stats:
     """What happened over a whole run, to prove the faults really fired."""
 
@@ -411,6 +468,7 @@ class Stats:
         self.struct_leaf_deletes = 0  # versions made by a delete on a struct leaf alone
         self.versions: Counter[str] = Counter()  # versions each write rule made
         self.runs: Counter[str] = Counter()  # times each write rule ran
+        self.clustered: Counter[str] = Counter()  # clustering versions checked, by kind
 
     def add(self, label: str) -> None:
         self.outcomes[label] = self.outcomes.get(label, 0) + 1
@@ -792,16 +850,73 @@ class TableMachine(RuleBasedStateMachine):
 
     @rule()
     def compact(self) -> None:
-        """Same rows, fewer files.  Whether there is anything to compact is decided on
-        the version it commits on (after any race), as compact() itself decides."""
+        """Same rows, fewer files (or, with the ``clustering.columns`` property set by
+        the cluster rule, a clustering)."""
+        self._compact("compact", 1 << 20, None, None)
+
+    def _compact(self, name: str, target: int, sort_by: list[str] | None,
+                 zorder_by: list[str] | None) -> None:
+        """A compaction: the same rows.  Whether there is anything to compact is
+        decided on the version it commits on (after any race), as compact() itself
+        decides; a clustering one (by the arguments or the table's property) is
+        checked on the files it wrote (:func:`check_clustered`)."""
+        def order_at(v: int) -> ClusterOrder | None:
+            io = self.observer.io
+            snap = io.at_version(io.latest(), v)
+            return cluster_order(self.observer.context, snap, sort_by, zorder_by)
+
         def effect(base: list[Row]) -> Effect:
             io = self.observer.io
             snap = io.at_version(io.latest(), len(self.model) - 1)
-            work = plan_compaction(self.observer.context, snap, target_file_size=1 << 20,
-                                   deleted_fraction=0.1)
+            work = plan_compaction(self.observer.context, snap, target_file_size=target,
+                                   deleted_fraction=0.1, order=order_at(len(self.model) - 1))
             return Effect(base, 0, work is not None)
 
-        self._write("compact", lambda t: t.compact(target_file_size=1 << 20), effect)
+        if self._write(name, lambda t: t.compact(target_file_size=target, sort_by=sort_by,
+                                                 zorder_by=zorder_by), effect):
+            order = order_at(len(self.model) - 2)  # the version it committed on
+            if order is not None:
+                kind = order.clustering.kind
+                files = check_clustered(self.observer, kind, order.names)
+                self.stats.clustered[kind] += 1
+                event(f"{name}: {order.clustering.to_property()}, {files} files checked")
+
+    @rule(data=st.data())
+    def cluster(self, data: st.DataObject) -> None:
+        """A clustering compaction, ``compact(sort_by=...)`` or ``compact(zorder_by=...)``
+        by drawn columns, or the ``clustering.columns`` property set (a version of its
+        own) and then a plain ``compact()``: the same rows (it reorders them), time
+        travel unchanged, and the files it wrote in key order (:func:`check_clustered`).
+        The property stays set, so later compactions (the compact rule's) cluster too.
+        A struct leaf among the columns (``dev.os``: clustering takes top-level
+        columns, docs/format.md) is refused, typed and naming it, and changes nothing."""
+        how = data.draw(st.sampled_from(CLUSTER_HOW), label="how")
+        cols = data.draw(st.lists(st.sampled_from(CLUSTER_COLUMNS), min_size=1, max_size=3,
+                                  unique=True), label="columns")
+        if how != "property":
+            leaf = data.draw(st.sampled_from(CLUSTER_LEAVES), label="struct leaf")
+            if leaf is not None:
+                self._cluster_refused(how, [*cols, leaf], leaf)
+                return
+        # a few files a clustering, so the check compares files
+        target = 4 * self.write_options.target_file_size
+        if how == "property":
+            kind = data.draw(st.sampled_from([SORT, ZORDER]), label="kind")
+            prop = {CLUSTERING_COLUMNS: f"{kind}({', '.join(cols)})"}
+            self._write("set_clustering", lambda t: t.set_properties(prop),
+                        lambda base: Effect(base, 0, True))
+            self._compact("cluster", target, None, None)
+        else:
+            by = (cols, None) if how == "sort" else (None, cols)
+            self._compact("cluster", target, *by)
+
+    def _cluster_refused(self, how: str, cols: list[str], leaf: str) -> None:
+        head = len(self.model) - 1
+        with pytest.raises(CaslakeError, match=re.escape(repr(leaf))):
+            self._fresh().compact(**{f"{how}_by": cols})  # type: ignore[arg-type]
+        assert self.observer.refresh().version == head, "a refused clustering committed"
+        self.stats.runs["cluster refused"] += 1
+        event(f"cluster: {how}_by a struct leaf -> refused")
 
     # Not with exports: there purge(expire=True) is refused (ErasureHeld) while an export
     # names a file holding a matching row, which this rule does not model yet
@@ -1074,7 +1189,8 @@ def machine_for(new_uri: Callable[[], str], options: dict[str, str] | None,
 
 
 def check_faults_fired(stats: Stats) -> None:
-    """Over a whole run the armed faults must really have fired, both ways."""
+    """The armed faults really fired, both ways: a write settled or rebased, and a
+    write failed with a typed error."""
     fired = {k: v for k, v in stats.outcomes.items() if k != "no fault"}
     print(f"\nfault outcomes: {dict(sorted(fired.items()))}")
     assert any(k.endswith("-> ok") for k in fired), fired  # settled or rebased
@@ -1082,22 +1198,200 @@ def check_faults_fired(stats: Stats) -> None:
 
 
 def check_rules_made_versions(stats: Stats) -> None:
-    """Every write rule made versions over the run (update, merge and restore among them)."""
+    """Every write rule made versions (update, merge, restore and clustering among them)."""
     print(f"versions by rule: {dict(sorted(stats.versions.items()))} "
           f"of runs {dict(sorted(stats.runs.items()))}")
-    assert all(stats.versions[r] > 0 for r in WRITE_RULES), stats.versions
+    missing = [r for r in WRITE_RULES if stats.versions[r] == 0]
+    assert not missing, f"no version made by {missing}: {stats.versions}"
 
 
 WRITE_RULES = ("append", "group_append", "delete_key", "delete_range", "delete_predicate",
                "delete_struct_leaf", "upsert", "transaction", "update", "merge", "restore",
-               "compact")
+               "compact", "cluster", "set_clustering")
+
+
+# --- the coverage script -----------------------------------------------------------------
+#
+# Random programs leave rules out and reach some outcomes (a typed failure under a
+# fault, a version of each rule) only in most runs, and a fixed (derandomized) set of
+# programs changes whenever a rule is added.  So coverage is proved by an explicit
+# program instead: run_script drives the machine through coverage_script's steps,
+# with the machine's own rules, preconditions, invariants and teardown, and the
+# checks that every rule ran, every write rule made a version and a fault ended each
+# way look at that program alone.  A new rule fails them until it is added to the
+# script; the random programs then explore without coverage checks of their own.
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a scripted program: a rule of the machine (or its initializer
+    ``start``) and its arguments; a ``data`` argument is a :class:`Draws`."""
+
+    rule: str
+    args: dict[str, Any]
+
+    def __repr__(self) -> str:
+        return f"{self.rule}({', '.join(f'{k}={v!r}' for k, v in self.args.items())})"
+
+
+def step(rule: str, **args: Any) -> Step:
+    return Step(rule, args)
+
+
+class Draws:
+    """What a scripted rule's ``data.draw(strategy, label=...)`` returns, by label; a
+    draw the script names no value for fails the script."""
+
+    def __init__(self, values: dict[str, Any] | None = None, **more: Any) -> None:
+        self.values = {**(values or {}), **more}
+
+    def draw(self, strategy: st.SearchStrategy[Any], label: str | None = None) -> Any:
+        assert label in self.values, f"the script names no value for the draw {label!r}"
+        return self.values[label]
+
+    def __repr__(self) -> str:
+        return f"Draws({self.values!r})"
+
+
+def run_script(machine: type[RuleBasedStateMachine], script: Sequence[Step]) -> set[str]:
+    """Run one scripted program through ``machine``, inside a Hypothesis test (so its
+    notes and events work, and a failure prints the steps): each step's rule must
+    be enabled there (its preconditions hold: a program Hypothesis could draw),
+    every invariant is checked after each step, teardown runs at the end.  Returns
+    the rules that were never enabled along the program."""
+    never: set[str] = set()
+
+    @settings(max_examples=1, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(st.none())
+    def program(_: None) -> None:
+        m = machine()
+        rules = {r.function.__name__: r for r in m.rules}
+        never.clear()
+        never.update(rules)
+
+        def enabled(name: str) -> bool:
+            return all(p(m) for p in rules[name].preconditions)
+
+        try:
+            for i, s in enumerate(script):
+                note(f"step {i}: {s!r}")
+                assert s.rule == "start" or enabled(s.rule), f"step {i}: {s!r} is not enabled"
+                getattr(m, s.rule)(**s.args)
+                for inv in m.invariants:
+                    inv.function(m)
+                never.difference_update([r for r in never if enabled(r)])
+        finally:
+            m.teardown()
+
+    program()
+    return never
+
+
+def check_script_covers(machine: type[RuleBasedStateMachine], script: Sequence[Step],
+                        never: set[str], not_here: set[str]) -> None:
+    """Every rule of the machine ran in the script, but ``not_here`` (the rules this
+    configuration disables, which must have been disabled at every step)."""
+    rules = {r.function.__name__ for r in machine.setup_state().rules}
+    missing = rules - {s.rule for s in script} - not_here
+    assert not missing, f"the coverage script never runs {sorted(missing)}: add them to it"
+    assert never == not_here, f"rules disabled throughout: {sorted(never)}, not {not_here}"
+
+
+def _row(k: int, s: str | None, f: float | None, nested: int) -> Row:
+    """A row whose nested values are NESTED_VALUES[nested]."""
+    return (k, s, f, *NESTED_VALUES[nested])
+
+
+def coverage_script(spec: list[str] | None, *, exports: bool) -> list[Step]:
+    """A program that runs every rule of TableMachine at least once, each write
+    rule making a version, under an armed fault of each kind (a lost reply settled,
+    a failed data upload, a crash, a race of each kind): the export rules with
+    ``exports``, purge without (it is disabled there).  Add a new rule here."""
+    b1 = [_row(1, "a", 2.5, 1), _row(5, "b", None, 23), _row(9, None, -1.5, 62),
+          _row(3, "c", 7.0, 95)]
+    b2 = [_row(2, "a", 0.0, 30), _row(7, "c", 2.5, 44), _row(11, "b", 7.0, 50),
+          _row(12, None, None, 0)]
+    b3 = [_row(4, "b", 7.0, 66), _row(12, "a", None, 71), _row(0, "c", -1.5, 14)]
+    b4 = [_row(6, None, 2.5, 88), _row(10, "a", 0.0, 7), _row(1, "b", 7.0, 100)]
+    b5 = [_row(8, "c", -1.5, 36), _row(3, "a", 2.5, 19)]
+    exports_only = [step("export_iceberg"), step("export_delta"),
+                    step("drop_export", fmt="delta")] if exports else []
+    out = [
+        step("start", data=Draws(partition_by=spec)),
+        step("append", batch=b1),
+        step("append", batch=b2),
+        step("group_append", batch=b3),
+        step("inject_commit_fault", spec=(POINTER_KEY, "after")),
+        step("append", batch=b4),  # a lost reply: settled, "-> ok"
+        step("inject_object_fault", spec=(DATA_PREFIX, "before")),
+        step("upsert", batch=b5),  # a failed upload: a typed error, nothing applied
+        step("upsert", batch=b5),
+        step("concurrent_append", batch=b3[:1]),
+        step("delete_key", k=5),  # loses the race, rebases
+        step("concurrent_delete", pred=PREDICATES[5]),
+        step("update", update=UPDATES[0], where=PREDICATES[1]),
+        step("inject_crash", call=4),
+        step("transaction", pred=PREDICATES[8], batch=b2[:2]),  # the writer dies
+        step("transaction", pred=PREDICATES[8], batch=b2[:2]),
+        step("delete_range", data=Draws(a=2, b=4)),
+        step("delete_predicate", pred=PREDICATES[3]),
+        step("delete_struct_leaf", pred=STRUCT_PREDICATES[0]),
+        *exports_only,
+        step("merge", merge=MERGES[3], batch=b4 + b5[:1]),
+        step("read_version", data=Draws(version=2)),
+        step("reopen"),
+        step("append", batch=b1),
+        step("inject_commit_fault", spec=(POINTER_KEY, "after")),  # settled
+        step("cluster", data=Draws({"how": "zorder", "columns": ["id", "f"],
+                                    "struct leaf": None})),
+        step("cluster", data=Draws({"how": "sort", "columns": ["s"], "struct leaf": "dev.os"})),
+        step("append", batch=b2),
+        step("inject_crash", call=5),  # the clustering writer dies
+        step("cluster", data=Draws({"how": "sort", "columns": ["s", "id"],
+                                    "struct leaf": None})),
+        step("cluster", data=Draws({"how": "sort", "columns": ["s", "id"],
+                                    "struct leaf": None})),
+        step("append", batch=b3),
+        step("cluster", data=Draws(how="property", columns=["f", "s", "id"], kind="zorder")),
+        step("append", batch=b5),
+        step("compact"),  # clusters, by the property
+        step("restore", data=Draws({"restore version": 3})),
+        *([step("purge", pred=PREDICATES[0])] if not exports else
+          [step("export_both"), step("drop_export", fmt="iceberg"), step("export_iceberg")]),
+        step("append", batch=b4),
+        step("gc"),
+        step("restore", data=Draws({"expired": 0, "expired version": 1})),
+    ]
+    return out
+
+
+def run_coverage_script(new_uri: Callable[[], str], options: dict[str, str] | None,
+                        write_options: caslake.WriteOptions, spec: list[str] | None,
+                        exports: ExportReaders | None = None) -> Stats:
+    """The coverage script on one store: every rule ran (the export rules only with
+    ``exports``; purge only without), every write rule made a version, and armed
+    faults ended both ways.  Returns its stats for the test's own checks."""
+    machine, stats = machine_for(new_uri, options, write_options, exports, (spec,))
+    script = coverage_script(spec, exports=exports is not None)
+    never = run_script(machine, script)
+    not_here = ({"purge"} if exports is not None else
+                {"export_iceberg", "export_delta", "export_both", "drop_export"})
+    check_script_covers(machine, script, never, not_here)
+    check_faults_fired(stats)
+    check_rules_made_versions(stats)
+    assert stats.struct_leaf_deletes > 0 and stats.runs["cluster refused"] > 0
+    assert stats.clustered[SORT] > 0 and stats.clustered[ZORDER] > 0, stats.clustered
+    assert {"cluster: crash -> died", f"cluster: after {POINTER_KEY} -> ok"} <= set(
+        stats.outcomes), "the clustering steps under a fault did not end as scripted"
+    assert stats.versions["partitioned"] > 0 or spec is None
+    return stats
 
 
 # --- the tests ---------------------------------------------------------------------------
 
 # ``make test`` runs the CI-sized example counts; CASLAKE_LONG_TESTS=1 runs the long ones
-# (every rule and fault kind is reachable in both: only the number of random programs
-# differs, and each test still asserts its faults and rules fired).
+# (only the number of random programs differs; the coverage script runs in both).
 LONG_TESTS = os.environ.get("CASLAKE_LONG_TESTS") == "1"
 
 
@@ -1109,68 +1403,59 @@ def examples(ci: int, long: int) -> int:
 # Small files with one-row row groups: appends write several files, deletes address
 # row groups and positions.
 MEMORY_LAYOUT = caslake.WriteOptions(target_file_size=2_500, row_group_size=1)
-# test_model_memory's programs in turn: unpartitioned, by a bucket of id, by s (NULLs too)
+# test_model_memory's programs draw one: unpartitioned, by a bucket of id, by s (NULLs too)
 PARTITION_SPECS: tuple[list[str] | None, ...] = (None, ["bucket(3, id)"], ["s"])
 S3_LAYOUT = caslake.WriteOptions(target_file_size=3_000, row_group_size=50)
+RANDOM = {"stateful_step_count": 25, "deadline": None, "database": None,
+          "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much]}
+
+
+def memory_uri() -> str:
+    return f"memory://{uuid.uuid4().hex}"
 
 
 # A folder that skips another writer's valid intent (it once could not read a
 # partitioned one) is a defect here, not a warning.
 @pytest.mark.filterwarnings("error::caslake.core.IntentSkipped")
 def test_model_memory(small_segments: None) -> None:
-    """With fold thresholds lowered, so versions hold several segment objects whose
-    statistics summaries the reads prune by."""
-    machine, stats = machine_for(lambda: f"memory://{uuid.uuid4().hex}", None, MEMORY_LAYOUT,
-                                 partition_specs=PARTITION_SPECS)
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=examples(50, 100), stateful_step_count=25, deadline=None, database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
-    fired = {k for k in stats.outcomes if k != "no fault"}
-    if not (any(k.endswith("-> ok") for k in fired) and any(k.endswith("Error") for k in fired)
-            and all(stats.versions[r] for r in WRITE_RULES)):
-        # Random programs reach a typed failure in most runs, not all (about 1 in 9
-        # since the nested rules joined), and now and then a rule makes no version
-        # (an update's where matching nothing); eight fixed programs then make sure
-        # both outcomes of an armed fault and every rule are exercised, with every
-        # check as before.
-        run_state_machine_as_test(machine, settings=settings(
-            max_examples=8, stateful_step_count=25, deadline=None, database=None,
-            derandomize=True,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
-    check_faults_fired(stats)
+    """The coverage script on a table partitioned by a bucket of id, then random
+    programs (each drawing its partition spec).  With fold thresholds lowered, so
+    versions hold several segment objects whose statistics summaries the reads
+    prune by."""
+    stats = run_coverage_script(memory_uri, None, MEMORY_LAYOUT, ["bucket(3, id)"])
     assert stats.segment_versions > 0
-    assert stats.struct_leaf_deletes > 0
-    check_rules_made_versions(stats)
-    assert stats.versions["partitioned"] > 0
+    machine, stats = machine_for(memory_uri, None, MEMORY_LAYOUT,
+                                 partition_specs=PARTITION_SPECS)
+    run_state_machine_as_test(machine, settings=settings(max_examples=examples(50, 100),
+                                                         **RANDOM))
+    print(f"random programs: {dict(sorted(stats.outcomes.items()))}, "
+          f"versions {dict(sorted(stats.versions.items()))}")
 
 
 def test_model_local_with_exports(tmp_path: Path) -> None:
-    """A local store, so the outside readers can open the exports: the export rule,
+    """A local store, so the outside readers can open the exports: the export rules,
     and gc keeping what the exports reference, among all the other rules."""
-    machine, stats = machine_for(lambda: str(tmp_path / uuid.uuid4().hex), None,
-                                 MEMORY_LAYOUT, ExportReaders())
-    # Eight programs are too few for random draws to fire a typed failure every
-    # time (CI failed once with only settled faults), so this test draws the same
-    # programs each run; test_model_memory keeps exploring at random.
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=8, stateful_step_count=25, deadline=None, database=None,
-        derandomize=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
-    check_faults_fired(stats)
+    def new_uri() -> str:
+        return str(tmp_path / uuid.uuid4().hex)
+
+    stats = run_coverage_script(new_uri, None, MEMORY_LAYOUT, None, ExportReaders())
     print(f"exports read back: {stats.export_checks}, dropped: {stats.export_drops}")
     assert stats.export_checks > 0 and stats.export_drops > 0
-    assert stats.struct_leaf_deletes > 0
+    machine, _ = machine_for(new_uri, None, MEMORY_LAYOUT, ExportReaders())
+    # Six programs: with the script, about the time eight fixed programs took.
+    run_state_machine_as_test(machine, settings=settings(max_examples=examples(6, 30),
+                                                         **RANDOM))
 
 
 @pytest.mark.s3
 def test_model_s3(s3_uri: str, s3_options: dict[str, str]) -> None:
-    machine, stats = machine_for(lambda: f"{s3_uri}-{uuid.uuid4().hex[:12]}", s3_options,
-                                 S3_LAYOUT)
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=10, stateful_step_count=25, deadline=None, database=None,
-        derandomize=True,  # few programs: the same ones each run (see above)
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
-    check_faults_fired(stats)
+    def new_uri() -> str:
+        return f"{s3_uri}-{uuid.uuid4().hex[:12]}"
+
+    run_coverage_script(new_uri, s3_options, S3_LAYOUT, None)
+    machine, _ = machine_for(new_uri, s3_options, S3_LAYOUT)
+    run_state_machine_as_test(machine, settings=settings(max_examples=examples(8, 30),
+                                                         **RANDOM))
 
 
 # --- refs: branches, tags, fast-forward, compact and gc against a model of refs ---------
@@ -1527,10 +1812,11 @@ CHECKPOINT_EVERY = 7  # steps; a checkpoint reads two versions through Spark (th
 MAX_COLUMNS = 6
 READ_PATHS_RULES = ("append", "delete", "upsert", "rename", "drop_readd", "drop_column",
                     "add_column", "compact", "gc", "purge", "clone_chain", "update", "merge",
-                    "restore")
+                    "restore", "cluster")
 # Operations that must have made a version somewhere in the run.
 READ_PATHS_VERSIONS = ("delete", "rename", "drop_readd", "add_column", "compact", "purge",
-                       "update", "merge", "restore")
+                       "update", "merge", "restore", "cluster")
+ORDERABLE = ("string", "float64", "int64")  # the types clustering may order by
 REWRITES = ("update", "merge", "restore")
 
 
@@ -1645,6 +1931,7 @@ class ReadPathsMachine(RuleBasedStateMachine):
         self.restored: dict[int, int] = {}  # a restore's version -> the version it restored
         self.steps = 0
         self.spark_checked: set[int] = set()
+        self.clustered: set[int] = set()  # versions a clustering compaction made
         self.delta_at: int | None = None  # the version the Delta export shows, if known
         self.cloned = False
         caslake.create_table(self.uri, pa.schema([(c.name, ARROW_TYPES[c.type]) for c in cols]),
@@ -1858,12 +2145,28 @@ class ReadPathsMachine(RuleBasedStateMachine):
         self._committed("add_column", res, (*self.current.cols, new),
                         [(*r, None) for r in self.current.rows])
 
-    @rule(gc=st.booleans())
-    def maintain(self, gc: bool) -> None:
-        if gc:
+    @rule(kind=st.sampled_from(["gc", "compact", "cluster"]), data=st.data())
+    def maintain(self, kind: str, data: st.DataObject) -> None:
+        if kind == "gc":
             self._gc()
-        else:
+        elif kind == "compact":
             self._compact()
+        else:
+            names = [c.name for c in self.current.cols if c.type in ORDERABLE]
+            self._cluster(data.draw(st.sampled_from([SORT, ZORDER]), label="kind"),
+                          data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=3,
+                                             unique=True), label="columns"))
+
+    def _cluster(self, kind: str, names: list[str]) -> None:
+        """``compact(sort_by=names)`` or ``compact(zorder_by=names)`` (renamed and
+        re-added columns among them): the same rows, the files it wrote in key order
+        (:func:`check_clustered`); the versions it made are read through every path
+        like any other (``spark.clustered`` counts those read through Spark)."""
+        res = self.table.compact(**{f"{kind}_by": names})  # type: ignore[arg-type]
+        self._committed("cluster", res, self.current.cols, list(self.current.rows))
+        if not res.noop:
+            self.clustered.add(res.version)
+            self.reads[f"cluster.{kind}.files"] += check_clustered(self._fresh(), kind, names)
 
     def _compact(self) -> None:
         res = self.table.compact(target_file_size=1 << 20)
@@ -2006,6 +2309,7 @@ class ReadPathsMachine(RuleBasedStateMachine):
             rows = self._fresh().scan(version=v).to_arrow()
             rp.check_dataset(self.spark, self.datasets, f"scan/{key}", rows, exp, self.reads)
         self.spark_checked.add(v)
+        self.reads["spark.clustered"] += v in self.clustered
 
     def _check_exports(self) -> None:
         """The exports as they are (after whatever ran since they were made), then
@@ -2097,6 +2401,12 @@ class ReadPathsMachine(RuleBasedStateMachine):
         if self.reads["rule.clone_chain"] == 0:
             self._append_fixed((0, 5, 9))  # three keys at least
             self._clone_chain(lambda level, keys: keys[level % len(keys)])
+        if self.reads["spark.clustered"] == 0:
+            # Two files that span the ids, so they overlap: the clustering's version is
+            # the head the last checkpoint reads through every path.
+            self._append_fixed((0, 12))
+            self._append_fixed((1, 11))
+            self._cluster(ZORDER if self.reads["cluster.zorder.files"] == 0 else SORT, ["id"])
 
     def _purge_exported(self) -> None:
         """Export the head (both formats), then purge a value a string column holds."""
@@ -2159,6 +2469,7 @@ def test_model_read_paths(tmp_path: Path, model_spark: Any) -> None:
     missing = [p for p in (*rp.READ_PATHS, *(f"{p}.nested" for p in rp.READ_PATHS),
                            *(f"rule.{r}" for r in READ_PATHS_RULES),
                            *(f"version.{r}" for r in READ_PATHS_VERSIONS), "clone.level3",
+                           "spark.clustered",
                            "delta.evolved", "purge.exports")
                if reads[p] == 0]
     assert not missing, f"never exercised: {missing}"

@@ -1,24 +1,20 @@
 """Azure Blob (caslake.store.azure) on Azurite: the emulator's conditional requests,
-URI and credential resolution, one-line configuration errors, and a table round
-trip compared with pyarrow reading the files from the container.
+URI and credential resolution, one-line configuration errors.
 
-The store contract itself runs in tests/store/test_conformance.py (kind "azure").
+The store contract itself runs in tests/store/test_conformance.py (kind "azure"); the
+table round trip in tests/store/test_cloud_tables.py.
 """
 
 from __future__ import annotations
 
-import io
+from pathlib import Path
 
 import obstore
 import obstore.exceptions as obx
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 from obstore.store import AzureStore
 
-import caslake
-from caslake.errors import StoreCapabilityUnsupported, StoreConfigError
+from caslake.errors import AlreadyExists, NotFound, PreconditionFailed, StoreConfigError
 from caslake.store import CopyFrom, open_store
 from caslake.store.azure import AzureBlobStore, resolve_azure_settings
 from caslake.testing import azurite as az
@@ -116,46 +112,88 @@ def test_refused_credentials_and_missing_places_are_one_line_errors(
         assert names in str(info.value) and "\n" not in str(info.value)
 
 
-def test_compose_reports_it_cannot_copy_ranges(azure_uri: str,
-                                               azure_options: dict[str, str]) -> None:
+# --- compose: Put Block From URL ---------------------------------------------------------
+
+
+def test_compose_copies_ranges_inside_the_service(azure_uri: str,
+                                                  azure_options: dict[str, str]) -> None:
     store = open_store(azure_uri, azure_options)  # type: ignore[arg-type]
-    etag = store.put("src", b"x" * 10)
-    with pytest.raises(StoreCapabilityUnsupported):
+    store.min_part_size = 10
+    data = bytes(range(256)) * 4
+    etag = store.put("src", data)
+    store.counters.reset()
+    made = store.compose("dst", [CopyFrom("src", 0, 100, etag), b"spliced in!",
+                                 CopyFrom("src", 500, 1024, etag)])
+    got = store.get("dst")
+    assert got.data == data[:100] + b"spliced in!" + data[500:] and got.etag == made
+    snap = store.counters.snapshot()
+    assert (snap["bytes_copied"], snap["bytes_out"], snap["compose"]) == (624, 11, 1)
+    with pytest.raises(AlreadyExists):
         store.compose("dst", [CopyFrom("src", 0, 10, etag)])
+
+
+def test_compose_is_pinned_to_the_source_etag(azure_uri: str,
+                                             azure_options: dict[str, str]) -> None:
+    store = open_store(azure_uri, azure_options)  # type: ignore[arg-type]
+    store.min_part_size = 10
+    old = store.put("src", b"a" * 100)
+    store.put("src", b"b" * 100)
+    with pytest.raises(PreconditionFailed):
+        store.compose("dst", [CopyFrom("src", 0, 50, old), b"tail"])
+    store.delete("src")
+    with pytest.raises(NotFound):
+        store.compose("dst", [CopyFrom("src", 0, 50, old)])
     assert not store.exists("dst")
 
 
-# --- a table on Azurite, read back by pyarrow ----------------------------------------
+def test_a_bad_source_signature_is_refused_by_the_emulator(
+        azure_uri: str, azure_options: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Azurite checks the SAS the service reads the source with (so the test above
+    proves the signature caslake computes)."""
+    from caslake.store import azure_blocks
 
-
-def _rows(start: int, n: int) -> pa.Table:
-    ids = pa.array(range(start, start + n), pa.int64())
-    return pa.table({"id": ids, "name": pc.cast(ids, pa.string()),
-                     "score": pc.multiply(pc.cast(ids, pa.float64()), 0.5)})
-
-
-def test_table_round_trip_matches_pyarrow_reading_the_blobs(
-        azure_uri: str, azure_options: dict[str, str]) -> None:
-    t = caslake.create_table(azure_uri, _rows(0, 0).schema, storage_options=azure_options)
-    t.append(_rows(0, 100))
-    t.append(_rows(100, 50))
-    t.delete("id < 20")
-    everything = pa.concat_tables([_rows(0, 100), _rows(100, 50)])
-    expected = everything.filter(pc.greater_equal(everything["id"], 20))
-
-    again = caslake.open_table(azure_uri, storage_options=azure_options)
-    assert again.scan().to_arrow().sort_by("id").equals(expected)
-    assert again.scan(version=2).to_arrow().sort_by("id").equals(everything)
-    assert again.scan(version=1).count() == 100
-
-    # pyarrow reads every live file straight from the container; the rows the
-    # table hides (its deletes) are exactly the ones deleted.
     store = open_store(azure_uri, azure_options)  # type: ignore[arg-type]
-    files = again.live_files()
-    read = pa.concat_tables([pq.read_table(io.BytesIO(store.get(f["path"]).data))
-                             for f in files])
-    assert read.num_rows == sum(f["rows"] for f in files)
-    hidden = sum(f["deleted_rows"] for f in files)
-    visible = read.filter(pc.greater_equal(read["id"], 20)).sort_by("id")
-    assert read.num_rows - hidden == visible.num_rows == expected.num_rows
-    assert visible.select(expected.column_names).equals(expected)
+    etag = store.put("src", b"x" * 100)
+    signed = azure_blocks._Client.source_url
+    monkeypatch.setattr(azure_blocks._Client, "source_url",
+                        lambda self, key: signed(self, key).replace("sig=", "sig=AAAA"))
+    with pytest.raises(StoreConfigError):
+        store.compose("dst", [CopyFrom("src", 0, 100, etag)])
+
+
+def test_purge_splices_on_azurite_and_other_engines_read_the_result(
+        azure_uri: str, azure_options: dict[str, str], tmp_path: Path) -> None:
+    """Purge copies the untouched row groups inside the service: it uploads at most a
+    tenth of the file, and pyarrow and DuckDB read the new file as the rows kept."""
+    import duckdb
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    import caslake
+    from caslake.testing.parquet_files import add_parquet_file
+    from tests.maintenance.test_purge_estimate import SCHEMA, rows
+
+    t = caslake.create_table(azure_uri, SCHEMA, storage_options=azure_options)
+    t.store.min_part_size = 16 * 1024  # Azure blocks have no minimum size
+    source = rows(0, 4000, 256)
+    add_parquet_file(t, source, row_group_rows=200)
+    old = t.live_files()[0]
+    dry = t.purge("id = 1210", dry_run=True)
+    t = caslake.open_table(azure_uri, storage_options=azure_options)  # nothing cached
+    t.store.min_part_size = 16 * 1024
+    t.store.counters.reset()
+    report = t.purge("id = 1210")
+    assert report.strategy[old["path"]] in ("splice", "splice-widened")
+    size = t.store.head(old["path"]).size
+    assert report.bytes_uploaded <= size / 10 and report.bytes_copied >= size * 0.8
+    assert t.store.counters.snapshot()["bytes_out"] == report.bytes_uploaded
+    down = t.store.counters.snapshot()["bytes_in"]
+    assert abs(dry.bytes_downloaded - down) <= 0.01 * down + 256, (dry.bytes_downloaded, down)
+
+    local = tmp_path / "new.parquet"
+    local.write_bytes(t.store.get(t.live_files()[0]["path"]).data)
+    expected = source.filter(pc.not_equal(source["id"], 1210))
+    assert pq.read_table(local).equals(expected)
+    by_duckdb = duckdb.sql(f"SELECT * FROM read_parquet('{local}') ORDER BY id").fetch_arrow_table()
+    assert by_duckdb.select(["id", "user"]).equals(expected.select(["id", "user"]))
+    assert by_duckdb["blob"].to_pylist() == expected["blob"].to_pylist()

@@ -73,7 +73,7 @@ def test_s3_uris(clean_env: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("uri", [
     "s3://", "s3:///prefix", "s3://-bad/x", "s3://bkt/x?versionId=3", "s3://bkt/a/../b",
-    "gs://bucket/x", "ftp://host/x", "az://c/x", "", "   ", "file://relative/path",
+    "gs://Bad_Bucket/x", "gs://bkt/a/../b", "ftp://host/x", "az://c/x", "", "   ", "file://relative/path",
 ])
 def test_bad_uris_raise_store_config_error_naming_the_uri(uri: str) -> None:
     with pytest.raises(StoreConfigError) as info:
@@ -269,7 +269,9 @@ def test_s3_list_counts_one_request_per_page(s3_uri: str, s3_options: dict[str, 
 def test_storage_options_documents_every_key_the_s3_store_reads() -> None:
     from caslake import StorageOptions
     from caslake.store.azure import _OPTION_ALIASES as AZURE_KEYS
+    from caslake.store.gcs import _OPTION_ALIASES as GCS_KEYS
     from caslake.store.s3 import _OPTION_ALIASES
 
-    assert set(StorageOptions.__annotations__) == set(_OPTION_ALIASES) | set(AZURE_KEYS)
+    assert set(StorageOptions.__annotations__) == (set(_OPTION_ALIASES) | set(AZURE_KEYS)
+                                                   | set(GCS_KEYS))
     assert StorageOptions.__total__ is False

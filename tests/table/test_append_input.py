@@ -42,7 +42,8 @@ def test_csv_append_is_parsed_with_the_table_types(tmp_path: Path) -> None:
     assert got.schema.field("dep_time").type == pa.float64()
     # "007" stays a string: the table's type, not a guess
     assert sorted(got.column("tailnum").to_pylist()) == ["007", "N14228", "N24211", "N619JB"]
-    rel = duckdb.from_arrow(got)
+    own = duckdb.connect()  # a connection of its own: the view "got" dies with it
+    rel = own.from_arrow(got)
     assert rel.query("got", "select sum(dep_time) from got").fetchone() == (517.5 + 542,)
 
 
@@ -244,7 +245,8 @@ def test_upsert_on_duplicate_keeps_the_chosen_row(tmp_path: Path, choice: str,
     res = t.upsert(data, key=["a", "b"], on_duplicate=choice)
     assert (res.rows_added, res.rows_deleted) == (2, 1)
     got = t.to_arrow()
-    rel = duckdb.from_arrow(got)
+    own = duckdb.connect()  # a connection of its own: the view "got" dies with it
+    rel = own.from_arrow(got)
     assert rel.query("got", "select a, b, v from got order by a").fetchall() == [
         (1, "x", want), (2, "y", 20), (3, "z", 30)]
 
