@@ -137,4 +137,7 @@ def test_stream_killed_three_times_while_appending_holds_every_row_once(
     assert appended > 100, f"seed {seed}: the appender made only {appended} versions"
     assert Counter(out["source"]) == appended_ids  # Spark's batch read of the source
     assert Counter(out["sink"]) == appended_ids, f"seed {seed}"  # every row once
-    assert committed_batches(chk) > 6  # many micro-batches, three of them cut short
+    # Each kill came after a batch committed since the last one (wait_for above), and
+    # the last driver drained what came after: so at least four batches.  (How many
+    # more depends on the machine's speed: ">6" failed once under two xdist workers.)
+    assert committed_batches(chk) >= 4, timeline
