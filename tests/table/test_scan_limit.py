@@ -63,11 +63,13 @@ def test_limit_reads_one_row_group_and_returns_the_first_live_rows(table_uri: st
     read = t.store.counters.bytes_in
     expected = _live(pq.read_table(files[0], schema=SCHEMA)).slice(0, 10)
     assert got.equals(expected)
-    # the file's tombstones, its footer (and the next file's, fetched one ahead), and
-    # the chunks of its first row group only
+    # the file's tombstones, its footer, the chunks of its first row group only, and
+    # perhaps the next file's footer: it is fetched one file ahead on the metadata
+    # pool, and the limit cancels it if it has not started (and waits for it if it
+    # has), so it is counted or not by timing; nothing else may be read
     whole = sum(f["bytes"] for f in t.live_files())
     masks = sum(r.size for r in t.snapshot.manifest.tombstones)
-    assert ranged == 3, t.store.counters.snapshot()
+    assert ranged in (2, 3), t.store.counters.snapshot()
     assert read <= masks + 2 * meta.serialized_size + rg_bytes + 1024, (read, masks, rg_bytes)
     assert read * 10 < whole
     t.store.counters.reset()

@@ -41,6 +41,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, cast
@@ -575,8 +576,10 @@ class Scan(ArrowExport):
                 if task is not None:
                     yield task
         finally:
-            for _, _, fut in window:  # an abandoned stream must not leave fetches running
-                fut.cancel()
+            # An abandoned stream must not leave fetches running: those not yet
+            # started are cancelled, and those already under way are waited for.
+            running = [fut for _, _, fut in window if not fut.cancel()]
+            wait_futures(running)
 
     def _fetch_footers(self, files: list[DataFile]) -> list[FooterInfo]:
         return fetch_all(lambda f: self._footers.get(self._store, f), files)
