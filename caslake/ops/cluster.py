@@ -31,18 +31,20 @@ apart: those files overlap and are rewritten by every clustering compaction.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from caslake.errors import InvalidArgument
+from caslake.errors import InvalidArgument, UnknownColumn, UnknownField
 from caslake.expr import resolve_column
 from caslake.format.manifest import DataFile
 from caslake.format.properties import SORT, ZORDER, Clustering
-from caslake.format.schema import Field, TableSchema
+from caslake.format.schema import STRUCT, Field, TableSchema
 from caslake.format.stats import field_stats
 
 # A bound of a box: (rank, value); NULL below every value, an unknown bound above.
@@ -53,19 +55,90 @@ _UNKNOWN: tuple[Bound, Bound] = ((NULL, None), (TOP, None))
 _SIGN = np.uint64(1 << 63)
 
 
-def cluster_fields(schema: TableSchema, clustering: Clustering) -> list[Field]:
-    """The table columns ``clustering`` names (resolved as a predicate resolves
-    them): each must be a top-level column of an orderable primitive type."""
+@dataclass(frozen=True)
+class ClusterColumn:
+    """A column a clustering orders by: a top-level column, or a field inside
+    structs only (``device.os``), by its resolved path."""
+
+    path: tuple[str, ...]
+    field: Field
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.path)
+
+    def values(self, table: pa.Table) -> Any:
+        """This column's value in each row of ``table`` (NULL under a NULL struct)."""
+        col: Any = table.column(self.path[0])
+        for step in self.path[1:]:
+            col = pc.struct_field(col, step)
+        return col
+
+
+def cluster_fields(schema: TableSchema, clustering: Clustering) -> list[ClusterColumn]:
+    """The columns ``clustering`` names (resolved as a predicate resolves them,
+    each step of a dotted path too): each a top-level column or a field inside
+    structs, of an orderable primitive type."""
     out = []
     for name in clustering.columns:
-        fld = schema.field(resolve_column(name, schema.names))
-        t = fld.arrow_type
-        if fld.nested or not _orderable(t):
-            raise InvalidArgument(f"cannot cluster by column {fld.name!r}: its type {t} has "
+        col = _resolve(schema, name)
+        t = col.field.arrow_type
+        if col.field.nested or not _orderable(t):
+            raise InvalidArgument(f"cannot cluster by column {col.name!r}: its type {t} has "
                                   "no order compaction can use (numbers, booleans, dates, "
                                   "times, timestamps, decimals and strings do)")
-        out.append(fld)
+        out.append(col)
     return out
+
+
+def _resolve(schema: TableSchema, name: str) -> ClusterColumn:
+    """Column ``name``: a top-level name (dots and all) wins; else the longest
+    top-level prefix of its dotted steps, then one struct field per step."""
+    try:
+        top = resolve_column(name, schema.names)
+        return ClusterColumn((top,), schema.field(top))
+    except UnknownColumn:
+        parts = name.split(".")
+        if len(parts) == 1:
+            raise
+        unknown = sys.exc_info()[1]
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            top = resolve_column(".".join(parts[:i]), schema.names)
+        except UnknownColumn:
+            continue
+        node, path = schema.field(top), [top]
+        for step in parts[i:]:
+            if node.type != STRUCT:
+                raise InvalidArgument(
+                    f"cannot cluster by {name!r}: {'.'.join(path)} is a {node.type}, and "
+                    "clustering takes top-level columns or fields inside structs only "
+                    "(a list or map holds many values per row)")
+            fields = [c.name for c in node.children]
+            try:
+                child = resolve_column(step, fields)
+            except UnknownColumn:
+                raise UnknownField(name, ".".join(path), fields) from None
+            node = next(c for c in node.children if c.name == child)
+            path.append(child)
+        return ClusterColumn(tuple(path), node)
+    assert unknown is not None
+    raise unknown
+
+
+def column_by_id(schema: TableSchema, field_id: int) -> ClusterColumn | None:
+    """The clustering column of field ``field_id`` in ``schema`` (its path as
+    renamed there), or None when no top-level column or struct field has it."""
+    def walk(fields: Sequence[Field], path: tuple[str, ...]) -> ClusterColumn | None:
+        for f in fields:
+            if f.id == field_id:
+                return ClusterColumn((*path, f.name), f)
+            if f.type == STRUCT:
+                hit = walk(f.children, (*path, f.name))
+                if hit is not None:
+                    return hit
+        return None
+    return walk(schema.fields, ())
 
 
 def _orderable(t: pa.DataType) -> bool:
@@ -77,11 +150,12 @@ def _orderable(t: pa.DataType) -> bool:
 # --- boxes and the in-order rule --------------------------------------------------------
 
 
-def file_box(f: DataFile, fields: Sequence[Field], schema: TableSchema, key: str) -> Box:
+def file_box(f: DataFile, columns: Sequence[ClusterColumn], schema: TableSchema, key: str
+             ) -> Box:
     """The box of data file ``f`` (listed in manifest ``key``) from its statistics."""
     out = []
-    for fld in fields:
-        cs = field_stats(f, fld.id, schema, key=key)
+    for col in columns:
+        cs = field_stats(f, col.field.id, schema, key=key)
         if cs is None or cs.null_count is None:
             out.append(_UNKNOWN)
             continue
@@ -96,11 +170,11 @@ def file_box(f: DataFile, fields: Sequence[Field], schema: TableSchema, key: str
     return tuple(out)
 
 
-def table_box(table: pa.Table, names: Sequence[str]) -> Box:
+def table_box(table: pa.Table, columns: Sequence[ClusterColumn]) -> Box:
     """The box of rows ``table`` holds (by the same rules as :func:`file_box`)."""
     out = []
-    for name in names:
-        col = table.column(name)
+    for key in columns:
+        col = key.values(table)
         nulls = col.null_count
         if nulls == len(col):
             out.append(((NULL, None), (NULL, None)))
@@ -134,22 +208,26 @@ def out_of_order(boxes: Sequence[Box]) -> set[int]:
 # --- ordering rows and cutting them into files -------------------------------------------
 
 
-def cluster_pieces(table: pa.Table, clustering: Clustering, names: Sequence[str],
+def cluster_pieces(table: pa.Table, clustering: Clustering, columns: Sequence[ClusterColumn],
                    rows_per_file: int) -> list[pa.Table]:
     """``table``'s rows in clustering order, cut into pieces of at most
     ``rows_per_file`` rows (see the module doc) whose boxes are disjoint."""
     if table.num_rows == 0:
         return []
     cap = max(1, rows_per_file)
+    keys = [c.values(table) for c in columns]
     if clustering.kind == ZORDER:
-        z = z_values([table.column(n) for n in names])
+        z = z_values(keys)
         order = np.argsort(z, kind="stable")
-        cuts = z_cells(z[order], 64 // len(names) * len(names), cap)
+        cuts = z_cells(z[order], 64 // len(keys) * len(keys), cap)
         return [table.take(order[lo:hi]) for lo, hi in cuts]
     assert clustering.kind == SORT
-    keys: Any = [(n, "ascending", "at_start") for n in names]
-    ordered = table.take(pc.sort_indices(table, sort_keys=keys))
-    runs = [_run_ids(ordered.column(n)) for n in names]
+    names = [f"k{i}" for i in range(len(keys))]  # the keys alone: a path is no column name
+    by = pa.table(dict(zip(names, keys, strict=True)))
+    sort_keys: Any = [(n, "ascending", "at_start") for n in names]
+    indices = pc.sort_indices(by, sort_keys=sort_keys)
+    ordered = table.take(indices)
+    runs = [_run_ids(k.take(indices)) for k in keys]
     return [ordered.slice(lo, hi - lo) for lo, hi in sort_cuts(runs, 0, len(ordered), 0, cap)]
 
 

@@ -64,9 +64,9 @@ from caslake.errors import ConcurrentModification, CorruptMetadata, InvalidArgum
 from caslake.format.manifest import DataFile
 from caslake.format.partition import FilePartition, write_spec
 from caslake.format.properties import SORT, ZORDER, Clustering, clustering_policy
-from caslake.format.schema import Field
 from caslake.ops.cluster import (
     Box,
+    ClusterColumn,
     cluster_fields,
     cluster_pieces,
     file_box,
@@ -84,11 +84,7 @@ class ClusterOrder:
     """A clustering compaction's order: the clustering and the columns it names."""
 
     clustering: Clustering
-    fields: tuple[Field, ...]
-
-    @property
-    def names(self) -> list[str]:
-        return [f.name for f in self.fields]
+    columns: tuple[ClusterColumn, ...]
 
 
 @dataclass(frozen=True)
@@ -153,7 +149,7 @@ def plan_clustering(ctx: TableContext, base: Snapshot, *, deleted_fraction: floa
             drop.append(f)
         else:
             parts.setdefault(f.partition, []).append(
-                (f, file_box(f, order.fields, schema, base.key)))
+                (f, file_box(f, order.columns, schema, base.key)))
     groups: list[Group] = []
     kept: dict[FilePartition | None, list[tuple[DataFile, Box]]] = {}
     for part, entries in parts.items():
@@ -185,7 +181,9 @@ def cluster_order(ctx: TableContext, base: Snapshot, sort_by: Sequence[str] | No
         clustering = clustering_policy(base.manifest.properties)
     if clustering is None:
         return None
-    return ClusterOrder(clustering, tuple(cluster_fields(base.manifest.schema, clustering)))
+    columns = tuple(cluster_fields(base.manifest.schema, clustering))
+    # recorded (and compared) by the names the schema gives them
+    return ClusterOrder(Clustering(clustering.kind, tuple(c.name for c in columns)), columns)
 
 
 def compact(ctx: TableContext, *, target_file_size: int | None = None,
@@ -261,15 +259,15 @@ def _cluster_group(ctx: TableContext, plan: CompactionPlan, part: FilePartition 
     pieces overlap join the group first.  Returns the files read and written."""
     order = plan.order
     assert order is not None
-    names = order.names
+    columns = order.columns
     kept = list(plan.kept.get(part, []))
     rows = _live_rows(ctx, plan.base, group)
     while True:
         stored = sum(f.size for f in group)
         per_file = max(1, options.target_file_size * sum(f.row_count for f in group)
                        // max(1, stored))
-        pieces = cluster_pieces(rows, order.clustering, names, per_file)
-        boxes = [table_box(p, names) for p in pieces]
+        pieces = cluster_pieces(rows, order.clustering, columns, per_file)
+        boxes = [table_box(p, columns) for p in pieces]
         joining = [f for f, box in kept if any(overlaps(box, b) for b in boxes)]
         if not joining:
             break

@@ -40,7 +40,7 @@ from caslake.format.schema_evolution import (
     map_input_columns,
 )
 from caslake.ops import refs
-from caslake.ops.cluster import cluster_fields
+from caslake.ops.cluster import cluster_fields, column_by_id
 
 # pyarrow-stubs type the nested constructors narrower than pyarrow accepts.
 _pa: Any = pa
@@ -127,19 +127,19 @@ def _clustering_after(properties: Mapping[str, str], planned: TableSchema,
     if clustering is None:
         return None
     try:
-        fields = cluster_fields(planned, clustering)
+        columns = cluster_fields(planned, clustering)
     except CaslakeError:
         return None  # already unusable: the schema change neither fixes nor worsens it
-    by_id = {f.id: f for f in new.fields}
     names = []
-    for f in fields:
-        if f.id not in by_id:
+    for col in columns:
+        now = column_by_id(new, col.field.id)
+        if now is None:
             raise InvalidSchemaChange(
-                f"column {f.name!r} is a clustering column ({CLUSTERING_COLUMNS} = "
+                f"column {col.name!r} is a clustering column ({CLUSTERING_COLUMNS} = "
                 f"{clustering.to_property()!r}); set_properties a clustering without it "
-                "first", column=f.name)
-        names.append(by_id[f.id].name)
-    if names == [f.name for f in fields]:
+                "first", column=col.name)
+        names.append(now.name)
+    if names == [c.name for c in columns]:
         return None
     return {CLUSTERING_COLUMNS: Clustering(clustering.kind, tuple(names)).to_property()}
 
