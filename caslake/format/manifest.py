@@ -414,10 +414,15 @@ def _check_header(doc: _Doc, expected: str, highest: int = FORMAT_VERSION) -> in
     fmt = doc.get("format", str)
     if fmt != expected:
         raise doc.error(f"format is {fmt!r}, expected {expected!r}")
-    fv: int = doc.get("format_version", int)
+    return _supported(doc, "format_version", highest)
+
+
+def _supported(doc: _Doc, field: str, highest: int) -> int:
+    """``doc[field]``, a format version: UnsupportedFormatVersion past ``highest``."""
+    fv: int = doc.get(field, int)
     if fv > highest or fv < 1:
         raise UnsupportedFormatVersion(
-            doc.key, f"format_version {fv} is not supported by this reader "
+            doc.key, f"{field} {fv} is not supported by this reader "
                      f"(it reads up to {highest}); upgrade caslake")
     return fv
 
@@ -435,12 +440,7 @@ def _table_format_version(doc: _Doc, fv: int) -> int:
             doc.key, f"format_version {fv} without a transaction is not supported by this "
                      f"reader (it reads up to {FORMAT_VERSION}, and {TXN_FORMAT_VERSION} for "
                      "a staged version); upgrade caslake")
-    tfv: int = doc.get("table_format_version", int)
-    if tfv > FORMAT_VERSION or tfv < 1:
-        raise UnsupportedFormatVersion(
-            doc.key, f"table_format_version {tfv} is not supported by this reader "
-                     f"(it reads up to {FORMAT_VERSION}); upgrade caslake")
-    return tfv
+    return _supported(doc, "table_format_version", FORMAT_VERSION)
 
 
 def parse_pointer(data: bytes, key: str) -> Pointer:
