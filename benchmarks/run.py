@@ -11,6 +11,7 @@ from benchmarks import (
     core,
     deletes,
     metadata,
+    multitable,
     nested,
     predicates,
     purge,
@@ -40,6 +41,7 @@ def main() -> int:
         commit_throughput.main((1, 8), (15.0,), 20.0)
     else:
         commit_throughput.main((1, 8, 64), (15.0, 5.0, 1.0), 30.0)
+    multitable.main(quick=quick)
     spark_bench.main(quick=quick)
     predicates.main(0.1 if quick else 1.0)
     paths = scan_paths.main(0.1 if quick else 1.0, [1, 2], append=True)

@@ -61,6 +61,12 @@ from caslake.format.schema import (
 
 POINTER_FORMAT = "caslake.pointer"
 MANIFEST_FORMAT = "caslake.manifest"
+#: The format_version of a *staged* manifest (one with ``transaction``): a reader
+#: that does not know multi-table transactions refuses it (UnsupportedFormatVersion)
+#: instead of showing a version that may never commit (docs/format.md, version 6).
+#: Only staged manifests say it; the table's own version is in
+#: ``table_format_version`` and is what the pointer and later commits carry.
+TXN_FORMAT_VERSION = 6
 
 T = TypeVar("T")
 
@@ -277,7 +283,9 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         return {
             "format": MANIFEST_FORMAT,
-            "format_version": self.format_version,
+            # A staged version needs a reader that knows multi-table transactions.
+            "format_version": (max(self.format_version, TXN_FORMAT_VERSION)
+                               if self.transaction else self.format_version),
             "table_id": self.table_id,
             "version": self.version,
             "parent": self.parent,
@@ -302,7 +310,8 @@ class Manifest:
             "files": [f.to_json() for f in self.files],
             **(self.partitioning.to_json() if self.partitioning is not None else {}),
             **({"intents": [i.to_json() for i in self.intents]} if self.intents else {}),
-            **({"transaction": self.transaction.to_json()} if self.transaction else {}),
+            **({"transaction": self.transaction.to_json(),
+                "table_format_version": self.format_version} if self.transaction else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -401,16 +410,37 @@ def _load_json(data: bytes, key: str) -> object:
         raise CorruptMetadata(key, f"not valid JSON ({e})") from None
 
 
-def _check_header(doc: _Doc, expected: str) -> int:
+def _check_header(doc: _Doc, expected: str, highest: int = FORMAT_VERSION) -> int:
     fmt = doc.get("format", str)
     if fmt != expected:
         raise doc.error(f"format is {fmt!r}, expected {expected!r}")
-    fv: int = doc.get("format_version", int)
-    if fv > FORMAT_VERSION or fv < 1:
+    return _supported(doc, "format_version", highest)
+
+
+def _supported(doc: _Doc, field: str, highest: int) -> int:
+    """``doc[field]``, a format version: UnsupportedFormatVersion past ``highest``."""
+    fv: int = doc.get(field, int)
+    if fv > highest or fv < 1:
         raise UnsupportedFormatVersion(
-            doc.key, f"format_version {fv} is not supported by this reader "
-                     f"(it reads up to {FORMAT_VERSION}); upgrade caslake")
+            doc.key, f"{field} {fv} is not supported by this reader "
+                     f"(it reads up to {highest}); upgrade caslake")
     return fv
+
+
+def _table_format_version(doc: _Doc, fv: int) -> int:
+    """The table's format version a manifest carries: its ``format_version``, except
+    for a staged manifest written as TXN_FORMAT_VERSION (so that a reader that does
+    not know multi-table transactions refuses it), which keeps the table's in
+    ``table_format_version``.  A staged manifest of an earlier writer (below 6)
+    carries the table's version as any manifest does."""
+    if fv < TXN_FORMAT_VERSION:
+        return fv
+    if doc.obj.get("transaction") is None:
+        raise UnsupportedFormatVersion(
+            doc.key, f"format_version {fv} without a transaction is not supported by this "
+                     f"reader (it reads up to {FORMAT_VERSION}, and {TXN_FORMAT_VERSION} for "
+                     "a staged version); upgrade caslake")
+    return _supported(doc, "table_format_version", FORMAT_VERSION)
 
 
 def parse_pointer(data: bytes, key: str) -> Pointer:
@@ -592,7 +622,7 @@ def _parse_segment_ref(s: _Doc) -> SegmentRef:
 
 def parse_manifest(data: bytes, key: str) -> Manifest:
     doc = _Doc(key, _load_json(data, key))
-    fv = _check_header(doc, MANIFEST_FORMAT)
+    fv = _table_format_version(doc, _check_header(doc, MANIFEST_FORMAT, TXN_FORMAT_VERSION))
     schema = _parse_schema(doc.child("schema", doc.get("schema", dict)))
     partitioning = _parse_partitioning(doc, schema, fv)
     files = tuple(_parse_data_file(doc.child(f"files[{i}]", raw), schema, partitioning)
