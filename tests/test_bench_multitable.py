@@ -28,6 +28,8 @@ def test_multitable_cost_rows_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     if shutil.which("git") is None:
         assert "skipped" in out
         return
+    if "before multi-table transactions: skipped" in out:  # a clone without that history
+        pytest.skip(out.split("before multi-table transactions: skipped", 1)[1].split("\n")[0])
     single = [r for n, r in by_name.items() if n.startswith("single-table")]
     assert len(single) == 4, out
     for r in single:
