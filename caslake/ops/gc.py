@@ -72,7 +72,7 @@ from caslake.core import (
 )
 from caslake.errors import CaslakeError, InvalidArgument, RefNotFound, RetryBudgetExhausted
 from caslake.format.keys import DATA_PREFIX, MANIFEST_PREFIX, SEGMENT_PREFIX, TOMBSTONE_PREFIX
-from caslake.format.manifest import TXN_PREFIX, SegmentRef, parse_txn_record
+from caslake.format.manifest import COMMITTED, TXN_PREFIX, SegmentRef, parse_txn_record
 from caslake.format.properties import retention_policy
 from caslake.format.refs import BRANCH_PREFIX, REFS_PREFIX, branch_key
 from caslake.ops import refs
@@ -320,7 +320,21 @@ def _oldest_to_keep(io: MetadataIO, head: Snapshot, cutoff_ms: int,
             break
     if keep_last is not None:
         by_age = max(by_age, head.version - keep_last + 1)
-    return min(by_age, head.version)
+    return _not_staged(io, head, min(by_age, head.version), floor)
+
+
+def _not_staged(io: MetadataIO, head: Snapshot, oldest: int, floor: int) -> int:
+    """``oldest``, lowered past staged versions whose transaction did not commit:
+    such a version reads as its parent (pending or aborted: docs/protocol.md,
+    "Multi-table transactions"), so the oldest version gc keeps is never one --
+    it keeps the parent whose contents it shows."""
+    cur = head
+    while cur.version > oldest:
+        cur = io.parent(cur)
+    while cur.version > floor and cur.manifest.transaction is not None \
+            and io.txn_record(cur.manifest.transaction)[0].state != COMMITTED:
+        cur = io.parent(cur)
+    return cur.version
 
 
 def _collectable(store: ObjectStore, prefixes: Sequence[str], referenced: set[str],
