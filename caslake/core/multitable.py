@@ -196,16 +196,20 @@ def consistent_heads(ios: Sequence[MetadataIO]) -> list[Snapshot]:
     uris = [io.store.uri.rstrip("/") for io in ios]
     at = {u: h.version for u, h in zip(uris, heads, strict=True)}
     shown: dict[str, bool] = {}
+    states: dict[str, str] = {}
     out = []
     for io, head in zip(ios, heads, strict=True):
         ref = head.manifest.transaction
         if ref is not None:
             if ref.id not in shown:
                 record, _ = io.txn_record(ref)
+                states[ref.id] = record.state
                 shown[ref.id] = record.state == COMMITTED and all(
                     p.version is None or at.get(p.uri.rstrip("/"), p.version) >= p.version
                     for p in record.participants)
-            if not shown[ref.id]:
+            if states[ref.id] == ABORTED:
+                head = io.visible(head)  # rolled back: its number, its parent's rows
+            elif not shown[ref.id]:
                 # Below a staged head every transaction is decided, and a committed
                 # one was whole before anything was built on it.
                 head = io.visible(io.parent(head))
