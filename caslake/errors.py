@@ -228,6 +228,12 @@ class CloneAcrossProviders(InvalidArgument):
         self.target_provider = target_provider
 
 
+class NativeReadUnsupported(InvalidArgument):
+    """``caslake.spark.read_native`` on a store Spark's Parquet reader cannot reach here
+    (Azure Blob, GCS: their Hadoop connectors are not bundled); the data source reads
+    it.  (Also importable from ``caslake.spark.native``, where it was first defined.)"""
+
+
 class TableListedTwice(InvalidArgument):
     """A multi-table transaction or snapshot was given the same table twice."""
 
