@@ -45,19 +45,16 @@ def cloud(request: pytest.FixtureRequest) -> tuple[str, str, dict[str, str]]:
     return kind, uri, dict(opts)
 
 
-def test_eight_writer_processes_lose_and_double_no_commit(
-        cloud: tuple[str, str, dict[str, str]], tmp_path: Path) -> None:
-    backend, uri, opts = cloud
-    work = tmp_path / "work"
-    result = stress.run_history(uri, opts, writers=WRITERS, readers=1, seconds=SECONDS,
+def _run_checked(backend: str, uri: str, opts: dict[str, str], work: Path, seconds: float
+                 ) -> Counter[str]:
+    """One history run at ``uri``, every check clean; the acknowledged commits by op."""
+    result = stress.run_history(uri, opts, writers=WRITERS, readers=1, seconds=seconds,
                                 workdir=work, backend=backend, verify_versions=6)
     assert not result.failures, "\n".join(result.failures)
     records, problems = stress.load_records(work)
     assert not problems
     writers = {r["proc"] for r in records if r.get("op") in ("append", "delete", "upsert")}
     assert len(writers) == WRITERS, f"only {sorted(writers)} ran"
-    landed = Counter(r["op"] for r in records if stress._is_commit(r))
-    assert landed["append"] > 0 and landed["delete"] > 0, f"acknowledged: {dict(landed)}"
     assert result.facts["versions"] == result.commits + result.facts["unknown_landed"]
     assert result.facts["versions_verified"] >= 1
     assert result.reads > 0
@@ -69,3 +66,21 @@ def test_eight_writer_processes_lose_and_double_no_commit(
     raw = [pq.read_table(io.BytesIO(store.get(f["path"]).data)) for f in files]
     assert sum(t.num_rows for t in raw) - sum(f["deleted_rows"] for f in files) == len(ids)
     assert ids <= {i for t in raw for i in t.column("id").to_pylist()}
+    return Counter(r["op"] for r in records if stress._is_commit(r))
+
+
+def test_eight_writer_processes_lose_and_double_no_commit(
+        cloud: tuple[str, str, dict[str, str]], tmp_path: Path) -> None:
+    """On a loaded machine a worker's first commit can come seconds into the window
+    (its first write warms the client up), so a run may end before any delete lands:
+    then one more run, three times as long on a fresh table, must have one."""
+    backend, uri, opts = cloud
+    seen: list[dict[str, int]] = []
+    for attempt, seconds in enumerate((SECONDS, 3 * SECONDS)):
+        landed = _run_checked(backend, f"{uri}{attempt}", opts, tmp_path / f"work{attempt}",
+                              seconds)
+        seen.append(dict(landed))
+        assert landed["append"] > 0, f"acknowledged: {seen}"
+        if landed["delete"] > 0:
+            return
+    pytest.fail(f"no delete was acknowledged in two runs: {seen}")
