@@ -2,7 +2,8 @@
 providers (issue 34): on moto S3 (two buckets), fake-gcs-server (two buckets) and
 Azurite (two containers).
 
-A source with two appends and a delete is cloned into the other bucket.  The clone
+A source with two appends and a delete is cloned into the other bucket (by the
+CLI, ``caslake clone SRC DST -o key=value ...``).  The clone
 names the source by its full URI and reads its files there: pyarrow reads each live
 file of the clone straight from the bucket that holds it (the source's for the
 cloned files), and those rows less the rows the table hides equal the scan, which
@@ -22,6 +23,7 @@ hold under the source; the CLI says so in one line.
 from __future__ import annotations
 
 import io
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -95,7 +97,12 @@ def test_a_clone_in_another_bucket_reads_writes_and_is_held(
     src.delete("id < 10")
     model = set(range(10, 200))
 
-    clone = caslake.clone(source_uri, clone_uri, storage_options=opts)
+    # Cloned by the CLI, with the storage options as -o pairs.
+    out = io.StringIO()
+    options = [a for k, v in opts.items() for a in ("-o", f"{k}={v}")]
+    assert cli_main(["clone", source_uri, clone_uri, *options, "--json"], out=out) == 0
+    assert json.loads(out.getvalue())["rows"] == len(model)
+    clone = caslake.open_table(clone_uri, storage_options=opts)
     externals = clone.snapshot.manifest.external
     assert [e.uri.rstrip("/") for e in externals.values()] == [source_uri]
     owners = {"": clone_uri, **{a: e.uri for a, e in externals.items()}}
