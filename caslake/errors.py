@@ -209,6 +209,31 @@ class TablesOnDifferentStores(InvalidArgument):
         self.uris = uris
 
 
+class CloneAcrossProviders(InvalidArgument):
+    """A clone was asked from a table on one storage provider (local files, S3, GCS,
+    Azure Blob, memory) to a location on another.  A clone reads its source's files
+    where they lie, through the same storage options, so both must be on one provider
+    (any buckets or containers of it)."""
+
+    def __init__(self, source: str, target: str, *, source_provider: str,
+                 target_provider: str) -> None:
+        super().__init__(
+            f"cannot clone {source} ({source_provider}) to {target} ({target_provider}): "
+            "a clone references its source's files where they lie, so source and clone "
+            f"must be on one provider; clone within {source_provider}, or write a copy "
+            "(create_table at the target and append the source's scan)")
+        self.source = source
+        self.target = target
+        self.source_provider = source_provider
+        self.target_provider = target_provider
+
+
+class NativeReadUnsupported(InvalidArgument):
+    """``caslake.spark.read_native`` on a store Spark's Parquet reader cannot reach here
+    (Azure Blob, GCS: their Hadoop connectors are not bundled); the data source reads
+    it.  (Also importable from ``caslake.spark.native``, where it was first defined.)"""
+
+
 class TableListedTwice(InvalidArgument):
     """A multi-table transaction or snapshot was given the same table twice."""
 

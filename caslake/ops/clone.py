@@ -11,6 +11,7 @@ it owns.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
@@ -26,6 +27,7 @@ from caslake.core import (
     route,
 )
 from caslake.errors import (
+    CloneAcrossProviders,
     InvalidArgument,
     NotFound,
     RefInUse,
@@ -56,6 +58,33 @@ from caslake.store import open_store
 from caslake.store.base import ObjectStore
 from caslake.store.options import StorageOptions
 
+#: URI scheme -> the provider a clone must stay on (a plain path is local).
+_PROVIDERS = {"": "local files", "file": "local files", "memory": "memory",
+              "s3": "S3", "gs": "Google Cloud Storage", "az": "Azure Blob Storage",
+              "abfs": "Azure Blob Storage", "abfss": "Azure Blob Storage"}
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def provider(uri: str) -> str:
+    """The storage provider of ``uri`` (by its scheme): any bucket, container or
+    account of one provider can hold a clone of a table on another of them."""
+    match = _SCHEME.match(uri)
+    scheme = match.group(1).lower() if match else ""
+    return _PROVIDERS.get(scheme, scheme)
+
+
+#: Providers a clone may span: this machine's files and this process's memory.
+_ONE_MACHINE = frozenset({"local files", "memory"})
+
+
+def check_same_provider(source_uri: str, target_uri: str) -> None:
+    """Raise CloneAcrossProviders unless both URIs are on one provider (local files
+    and memory count as one: both are read by this process without credentials)."""
+    source, target = provider(source_uri), provider(target_uri)
+    if source != target and not {source, target} <= _ONE_MACHINE:
+        raise CloneAcrossProviders(source_uri, target_uri, source_provider=source,
+                                   target_provider=target)
+
 
 def with_externals(store: ObjectStore, manifest: Manifest,
                    storage_options: StorageOptions | None) -> ObjectStore:
@@ -76,9 +105,15 @@ def clone(source_uri: str, target_uri: str, *, version: int | None = None,
           storage_options: StorageOptions | None = None) -> Snapshot:
     """Create a table at ``target_uri`` whose version 0 is ``version`` (or tag
     ``tag``, or the head) of ``branch`` of the table at ``source_uri``, without
-    copying data.  Returns the clone's version-0 snapshot."""
+    copying data.  Returns the clone's version-0 snapshot.
+
+    The target may be in another bucket (container, account) of the source's
+    provider: the clone names the source by its full URI and reads its files
+    where they lie, with the same ``storage_options``.  Across providers it raises
+    CloneAcrossProviders, before anything is written."""
     if version is not None and tag is not None:
         raise InvalidArgument("give either version or tag, not both")
+    check_same_provider(source_uri, target_uri)
     src_store = open_store(source_uri, storage_options)
     src_io = MetadataIO(src_store)
     head = src_io.latest()

@@ -62,7 +62,12 @@ from pyspark.sql.types import (
 )
 
 from caslake.core import DeletionMask, Scan, Snapshot, SnapshotSubset, load_masks, resolve
-from caslake.errors import CorruptMetadata, InvalidArgument, SchemaMismatch
+from caslake.errors import (  # NativeReadUnsupported: also importable from here
+    CorruptMetadata,
+    InvalidArgument,
+    NativeReadUnsupported,
+    SchemaMismatch,
+)
 from caslake.format.manifest import DataFile
 from caslake.format.schema import Field, type_from_str
 from caslake.spark.types import spark_schema_for
@@ -292,11 +297,6 @@ def file_locations(spark: SparkSession, store: ObjectStore, files: Sequence[Data
 #: Stores whose files Spark's own reader reaches only through a Hadoop connector jar.
 _CONNECTORS = {"az": "hadoop-azure connector (abfss://)",
                "gs": "Cloud Storage connector (gcs-connector, gs://)"}
-
-
-class NativeReadUnsupported(InvalidArgument):
-    """``read_native`` on a store Spark's Parquet reader cannot reach here (Azure Blob,
-    GCS: their Hadoop connectors are not bundled); the data source reads it."""
 
 
 def spark_paths(spark: SparkSession, store: ObjectStore) -> tuple[str, str]:

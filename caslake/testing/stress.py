@@ -2,14 +2,15 @@
 
 Usage::
 
-    python -m caslake.testing.stress [--backend local|s3|both] [--seconds N]
+    python -m caslake.testing.stress [--backend local,s3,gcs,azure|both|all] [--seconds N]
                                      [--writers 1,4,16] [--workloads history,bank]
                                      [--json] [--keep]
 
-For each backend (a local directory; an S3 bucket on a moto server this
-harness starts) and each writer count ``W`` it runs these workloads, each on a
-fresh table, with every client in its own OS process (this module re-run with
-``--worker SPEC``):
+For each backend (a local directory; an S3 bucket on a moto server, a GCS bucket
+on fake-gcs-server or an Azure container on Azurite, each server started by this
+harness, its endpoint passed to the workers in their storage options) and each
+writer count ``W`` it runs these workloads, each on a fresh table, with every
+client in its own OS process (this module re-run with ``--worker SPEC``):
 
 ``history``
     ``W`` writers mix appends of fresh unique ids, deletes by key of ids they
@@ -943,12 +944,67 @@ def run_bank(uri: str, opts: StorageOptions | None, *, writers: int, seconds: fl
 # --- backends and the command line ----------------------------------------------------
 
 
+#: Backends ``--backend`` takes (comma-separated); ``both`` is local and s3, ``all`` all four.
+BACKENDS = ("local", "s3", "gcs", "azure")
+BACKEND_ALIASES = {"both": ("local", "s3"), "all": BACKENDS}
+
+
+def parse_backends(arg: str) -> list[str]:
+    """``--backend`` value -> backend names, in order, each once."""
+    names: list[str] = []
+    for part in (p.strip() for p in arg.split(",")):
+        for name in BACKEND_ALIASES.get(part, (part,)):
+            if name not in BACKENDS:
+                raise ValueError(f"unknown backend {name!r}: choose from "
+                                 f"{', '.join([*BACKENDS, *BACKEND_ALIASES])}")
+            if name not in names:
+                names.append(name)
+    return names
+
+
+NewTable = Callable[[str], tuple[str, StorageOptions]]
+
+
 @contextlib.contextmanager
-def _backend(name: str, root: Path) -> Iterator[Callable[[str], tuple[str, StorageOptions]]]:
-    """Yields ``new_table(label) -> (uri, storage_options)`` for the backend."""
+def _backend(name: str, root: Path) -> Iterator[NewTable]:
+    """Yields ``new_table(label) -> (uri, storage_options)`` for the backend: a local
+    directory, or a fresh bucket/container on a server this harness starts (moto for
+    s3, fake-gcs-server for gcs, Azurite for azure).  The storage options carry the
+    server's endpoint and credentials; every worker process gets them in its spec."""
     if name == "local":
         yield lambda label: (str(root / "tables" / label), {})
-        return
+    elif name == "s3":
+        with _moto_backend() as new_table:
+            yield new_table
+    elif name == "gcs":
+        from caslake.testing import gcs_emulator
+
+        with gcs_emulator.run_fake_gcs() as endpoint:
+            yield _bucket_per_table("gs", lambda b: gcs_emulator.create_bucket(endpoint, b),
+                                    gcs_emulator.storage_options(endpoint))
+    elif name == "azure":
+        from caslake.testing import azurite
+
+        with azurite.run_azurite() as endpoint:
+            yield _bucket_per_table("az", lambda c: azurite.create_container(endpoint, c),
+                                    azurite.storage_options(endpoint))
+    else:
+        raise ValueError(f"unknown backend {name!r}")
+
+
+def _bucket_per_table(scheme: str, create: Callable[[str], object],
+                      opts: StorageOptions) -> NewTable:
+    """``new_table`` that creates a fresh bucket (container) per table with ``create``."""
+    def new_table(label: str) -> tuple[str, StorageOptions]:
+        bucket = f"caslake-stress-{uuid.uuid4().hex[:12]}"
+        create(bucket)
+        return f"{scheme}://{bucket}/{label}", opts
+
+    return new_table
+
+
+@contextlib.contextmanager
+def _moto_backend() -> Iterator[NewTable]:
     import boto3
 
     from caslake.testing.moto_server import (
@@ -962,13 +1018,8 @@ def _backend(name: str, root: Path) -> Iterator[Callable[[str], tuple[str, Stora
     with run_moto_server() as endpoint:
         client = boto3.client("s3", endpoint_url=endpoint, region_name=REGION,
                               aws_access_key_id=DUMMY_KEY_ID, aws_secret_access_key=DUMMY_SECRET)
-
-        def new_table(label: str) -> tuple[str, StorageOptions]:
-            bucket = f"caslake-stress-{uuid.uuid4().hex[:12]}"
-            client.create_bucket(Bucket=bucket)
-            return f"s3://{bucket}/{label}", storage_options(endpoint)
-
-        yield new_table
+        yield _bucket_per_table("s3", lambda b: client.create_bucket(Bucket=b),
+                                storage_options(endpoint))
 
 
 COLUMNS = [("backend", "{:<7}"), ("workload", "{:<11}"), ("writers", "{:>7}"),
@@ -1004,7 +1055,9 @@ def _width(fmt: str, name: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m caslake.testing.stress",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--backend", choices=["local", "s3", "both"], default="both")
+    parser.add_argument("--backend", default="both",
+                        help="comma-separated: local, s3, gcs, azure; both = local,s3; "
+                        "all = every backend")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each run")
     parser.add_argument("--writers", default="1,4,16", help="writer counts, comma-separated")
     parser.add_argument("--readers", type=int, default=2, help="readers in the history runs")
@@ -1028,7 +1081,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for w in workloads:
         if w not in ("history", "bank", "bank-fenced"):
             parser.error(f"unknown workload {w!r}")
-    backends = ["local", "s3"] if args.backend == "both" else [args.backend]
+    try:
+        backends = parse_backends(args.backend)
+    except ValueError as e:
+        parser.error(str(e))
     root = Path(args.workdir or tempfile.mkdtemp(prefix="caslake-stress-"))
     root.mkdir(parents=True, exist_ok=True)
     results: list[RunResult] = []
