@@ -16,7 +16,7 @@
     caslake.spark.read_dataset(spark, root, "silver/orders")
     caslake.spark.save(df, uri, mode="errorifexists")     # every Spark save mode
     caslake.spark.register_table(spark, "orders", uri)    # spark.sql("... FROM orders")
-    caslake.spark.write_many({orders_uri: o_df, items_uri: i_df},
+    caslake.spark.write_many({orders_uri: o_df, items_uri: i_df}, keys={orders_uri: "id"},
                              txn=(app_id, batch_id))      # several tables, one transaction
 
 Nested columns (arrays, structs, maps, any depth) and the newer primitive

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import caslake
 import caslake.spark
-from caslake.errors import InvalidArgument, SchemaMismatch, TableNotFound
+from caslake.errors import DuplicateKey, InvalidArgument, SchemaMismatch, TableNotFound
 from tests.spark.helpers import data_files
 
 pytestmark = [pytest.mark.spark,
@@ -122,22 +122,54 @@ def test_foreach_batch_into_two_tables_is_atomic_and_exactly_once(spark: SparkSe
     assert orders.refresh().version == items.refresh().version == 2
 
 
-def test_bad_input_is_typed_and_leaves_nothing(spark: SparkSession, tmp_path: Path) -> None:
+def _merged(old: list[tuple[Any, ...]], new: list[tuple[Any, ...]], width: int
+            ) -> list[tuple[Any, ...]]:
+    """``old`` with every row whose first ``width`` values are a key of ``new``
+    replaced by ``new``'s rows (a keyed upsert, in plain Python)."""
+    keys = {r[:width] for r in new}
+    return sorted([r for r in old if r[:width] not in keys] + new)
+
+
+def test_a_cdc_batch_upserts_two_tables_at_once_and_bad_input_leaves_nothing(spark: SparkSession,
+                                                           tmp_path: Path) -> None:
     o_uri, i_uri = str(tmp_path / "orders"), str(tmp_path / "items")
-    caslake.create_table(o_uri, ORDERS)
-    caslake.create_table(i_uri, ITEMS)
-    good = spark.createDataFrame([(1, "c1")], "order_id long, customer string")
+    o_rows = [(1, "a"), (2, "b"), (3, "c")]
+    i_rows = [(1, "x", 1), (1, "y", 2), (2, "x", 3)]
+    orders = caslake.create_table(o_uri, ORDERS)
+    items = caslake.create_table(i_uri, ITEMS)
+    orders.append(pa.Table.from_pylist([dict(zip(ORDERS.names, r, strict=True))
+                                        for r in o_rows], schema=ORDERS))
+    items.append(pa.Table.from_pylist([dict(zip(ITEMS.names, r, strict=True))
+                                       for r in i_rows], schema=ITEMS))
+    o_new, i_new = [(2, "B"), (4, "d")], [(1, "y", 20), (4, "z", 5)]
+    o_cdc = spark.createDataFrame(o_new, "order_id long, customer string")
+    i_cdc = spark.createDataFrame(i_new, "order_id long, sku string, qty long")
+    keys = {o_uri: "order_id", i_uri: ["order_id", "sku"]}
+    res = caslake.spark.write_many({o_uri: o_cdc, i_uri: i_cdc}, keys=keys, txn=("cdc", 0))
+    assert [r.version for r in res.values()] == [2, 2]
+    snap = caslake.snapshot(orders, items)
+    assert caslake_rows(snap.to_arrow(orders)) == _merged(o_rows, o_new, 1)
+    assert caslake_rows(snap.to_arrow(items)) == _merged(i_rows, i_new, 2)
+    # replayed: nothing changes; a key twice in one table's batch: nothing anywhere
+    again = caslake.spark.write_many({o_uri: o_cdc, i_uri: i_cdc}, keys=keys, txn=("cdc", 0))
+    assert all(r.noop for r in again.values())
+    twice = spark.createDataFrame([(1, "y", 7), (1, "y", 8)], "order_id long, sku string, qty long")
+    with pytest.raises(DuplicateKey):
+        caslake.spark.write_many({o_uri: o_cdc, i_uri: twice}, keys=keys, txn=("cdc", 1))
     bad = spark.createDataFrame([(1, "s1", "many")], "order_id long, sku string, qty string")
+    files = (data_files(o_uri), data_files(i_uri))
     with pytest.raises(SchemaMismatch, match="qty"):
-        caslake.spark.write_many({o_uri: good, i_uri: bad}, txn=(APP, 0))
-    # the first table's files (written by Spark before the second failed) are removed
-    assert not data_files(o_uri) and not data_files(i_uri)
-    assert caslake.open_table(o_uri).version == caslake.open_table(i_uri).version == 0
+        caslake.spark.write_many({o_uri: o_cdc, i_uri: bad}, txn=("cdc", 1))
+    # the first table's files (Spark wrote them before the second failed) are removed
+    assert (data_files(o_uri), data_files(i_uri)) == files
+    assert orders.refresh().version == items.refresh().version == 2
     with pytest.raises(TableNotFound):
-        caslake.spark.write_many({o_uri: good, str(tmp_path / "nope"): good})
+        caslake.spark.write_many({o_uri: o_cdc, str(tmp_path / "nope"): o_cdc})
     with pytest.raises(InvalidArgument, match="writes"):
         caslake.spark.write_many({})
     with pytest.raises(InvalidArgument, match=r"writes\[.*orders.*\]"):
         caslake.spark.write_many({o_uri: [1, 2]})  # type: ignore[dict-item]
     with pytest.raises(InvalidArgument, match="txn"):
-        caslake.spark.write_many({o_uri: good}, txn=(APP, -1))
+        caslake.spark.write_many({o_uri: o_cdc}, txn=("cdc", -1))
+    with pytest.raises(InvalidArgument, match="keys"):
+        caslake.spark.write_many({o_uri: o_cdc}, keys={i_uri: "order_id"})
