@@ -672,7 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           procs=args.procs, seconds=args.seconds, kills=args.kills,
                           accounts=args.accounts, ttl_ms=args.ttl_ms, seed=args.seed)
         results.append(res)
-        print(res.summary() if not args.json else "", file=sys.stderr, flush=True)
+        print(res.summary(), file=sys.stderr, flush=True)
         for f in res.failures:
             print(f"  - {f}", file=sys.stderr)
     if args.json:
