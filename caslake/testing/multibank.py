@@ -454,7 +454,8 @@ def check_run(uris: dict[str, str], opts: StorageOptions | None, records: list[R
     begins = {r["tid"]: r for r in records if r.get("op") == "begin"}
     ends = {r["tid"]: r for r in records if r.get("op") == "end"}
     applied = _check_history(ck, chains, begins, decisions, accounts + 1)
-    _check_log(ck, begins, ends, applied, decisions, result)
+    coordinator = stores[min(stores)]  # the URI that sorts first keeps the records
+    _check_log(ck, begins, ends, applied, _Records(decisions, coordinator), result)
     models = {n: _model(n, chains[n], begins, accounts, opening) for n in NAMES}
     _check_reads(ck, records, models, total=2 * accounts * opening, result=result)
     for n in NAMES:
@@ -510,8 +511,28 @@ def _check_history(ck: _Check, chains: dict[str, list[Version]], begins: dict[st
     return applied
 
 
+class _Records:
+    """Decision records by transaction id: those the history named (read already),
+    others read from the coordinator's ``_txn/`` on demand (None: absent)."""
+
+    def __init__(self, known: dict[str, Any], store: Any = None) -> None:
+        self.known = dict(known)
+        self.store = store
+
+    def state(self, txn_id: str | None) -> str:
+        if txn_id is None:
+            return "absent"
+        if txn_id not in self.known and self.store is not None:
+            try:
+                self.known[txn_id] = read_record(self.store, txn_id)[0]
+            except NotFound:
+                self.known[txn_id] = None
+        rec = self.known.get(txn_id)
+        return rec.state if rec is not None else "absent"
+
+
 def _check_log(ck: _Check, begins: dict[str, Record], ends: dict[str, Record],
-               applied: dict[str, dict[str, Version]], decisions: dict[str, Any],
+               applied: dict[str, dict[str, Version]], records: _Records,
                result: BankResult) -> None:
     """Every acknowledged transfer applied (at the versions it was told), no failed
     one, every unknown one as its decision record says."""
@@ -534,6 +555,8 @@ def _check_log(ck: _Check, begins: dict[str, Record], ends: dict[str, Record],
                         f"hold it as {v.txn_id} at checking v{v.version}")
         elif outcome == "fail":
             result.failed += 1
+            if records.state(end.get("txn_id")) == "committed":  # type: ignore[union-attr]
+                ck.fail("history", f"failed transfer {tid}: its record reads committed")
             if tid in done:
                 ck.fail("history", f"failed transfer {tid} is applied (checking "
                         f"v{done[tid].version})")
@@ -541,24 +564,14 @@ def _check_log(ck: _Check, begins: dict[str, Record], ends: dict[str, Record],
             result.unknown += outcome == "unknown"
             result.in_flight_at_kill += outcome == "killed"
             txn_id = end.get("txn_id") if end else None
-            state = _read_back(decisions, txn_id, tid, done)
+            if txn_id is None and tid in done:  # killed: the id its token names
+                txn_id = done[tid].txn_id
+            state = records.state(txn_id)
             result.unknown_committed += state == "committed"
             if (state == "committed") != (tid in done):
                 ck.fail("history", f"unknown transfer {tid}: its record reads {state}, yet "
                         f"it is {'' if tid in done else 'not '}applied")
     result.p50_ms, result.p99_ms = _percentile(lat, 0.5), _percentile(lat, 0.99)
-
-
-def _read_back(decisions: dict[str, Any], txn_id: str | None, tid: str,
-               done: dict[str, Version]) -> str:
-    """The decision of transfer ``tid`` read back: its record's state (by the
-    transaction id it logged, else by the one its token names in the history)."""
-    if txn_id is None and tid in done:
-        txn_id = done[tid].txn_id
-    if txn_id is None:
-        return "absent"
-    rec = decisions.get(txn_id)
-    return rec.state if rec is not None else "absent"
 
 
 def _model(name: str, chain: list[Version], begins: dict[str, Record], accounts: int,

@@ -23,6 +23,7 @@ from caslake.testing.multibank import (
     _Check,
     _check_history,
     _check_log,
+    _Records,
     check_run,
     run_multibank,
 )
@@ -136,6 +137,31 @@ def test_a_damaged_decision_record_is_reported(bank_run: Any) -> None:
     assert not _check(bank_run, records)
 
 
+def test_a_committed_record_no_version_holds_is_read_back(bank_run: Any) -> None:
+    """A transfer told unknown or failed whose decision record (read back from the
+    store, though no version names it) says committed is reported: committed
+    means applied, and the tables do not hold it."""
+    import caslake
+
+    uris, opts, _, records = bank_run
+    end = next(r for r in records if r.get("op") == "end" and r["tid"] == _acked(records)[0])
+    coordinator = caslake.open_table(uris["checking"], storage_options=opts).store
+    planted = "ab" * 16
+    coordinator.put(txn_record_key(planted), coordinator.get(txn_record_key(end["txn_id"]))
+                    .data.replace(end["txn_id"].encode(), planted.encode()))
+    try:
+        for outcome in ("unknown", "fail"):
+            logged = [*copy.deepcopy(records),
+                      {"op": "begin", "proc": "x", "tid": "zz:1", "app": "zz", "n": 1,
+                       "from": 0, "to": 0, "amount": 5, "ts": 0.0},
+                      {"op": "end", "proc": "x", "tid": "zz:1", "outcome": outcome,
+                       "txn_id": planted, "versions": None, "error": "x", "ts": 1.0}]
+            failures = _check(bank_run, logged)
+            assert any("zz:1: its record reads committed" in f for f in failures), failures
+    finally:
+        coordinator.delete(txn_record_key(planted))
+
+
 def test_verify_runs_and_reports_a_missing_object(bank_run: Any) -> None:
     import caslake
 
@@ -179,7 +205,7 @@ def test_history_reports_twice_applied_one_sided_and_undecided_transfers() -> No
     decided = {f"{n:032x}": TxnRecord(f"{n:032x}", COMMITTED, 0, 1, ()) for n in (1, 2, 3)}
     decided["f" * 32] = TxnRecord("f" * 32, COMMITTED, 0, 1, ())
     ck = _Check([])
-    _check_log(ck, begins, ends, applied, decided, BankResult("x", 1, 0, False))
+    _check_log(ck, begins, ends, applied, _Records(decided), BankResult("x", 1, 0, False))
     assert not [f for f in ck.failures if "a:1" in f], ck.failures
     assert any("unknown transfer a:4: its record reads committed, yet it is not applied" in f
                for f in ck.failures), ck.failures
