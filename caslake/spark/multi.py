@@ -9,7 +9,7 @@ Each DataFrame's rows are written as data files by Spark tasks (as
 does.  With ``txn=(app_id, batch_id)`` the token is recorded in every table's
 version, so a batch Spark runs again (a restart after a crash between the commit
 and Spark's checkpoint) is a no-op in every table: when every table already
-records the token, no Spark job runs at all.
+records the token, nothing runs and nothing is written.
 
 Not here (yet): deletes, updates and merges across tables with Spark tasks
 finding the rows (``caslake.spark.delete`` / ``update`` / ``merge`` are one
@@ -25,7 +25,7 @@ from typing import cast
 from pyspark.sql import DataFrame
 
 import caslake
-from caslake.core import CommitResult, check_txn, txn_applied
+from caslake.core import CommitResult, check_txn, noop_result, txn_applied
 from caslake.errors import InvalidArgument
 from caslake.ops.multi import DEFAULT_TTL_MS, Part
 from caslake.ops.transaction import upsert_keys
@@ -87,15 +87,19 @@ def write_many(writes: Mapping[str, DataFrame], *, txn: tuple[str, int] | None =
                               f"{broadcast_keys_limit!r}")
     token = check_txn(txn) if txn is not None else None
     tables = [caslake.open_table(uri, storage_options=storage_options) for uri in frames]
+    if token is not None and all(txn_applied(t.snapshot.manifest.txns, token) for t in tables):
+        # A replay: no Spark job, no decision record, nothing written.
+        return {uri: noop_result(t.context, "transaction", t.snapshot,
+                                 started=t.context.meter())
+                for uri, t in zip(frames, tables, strict=True)}
     tx = caslake.transaction(*tables, ttl_ms=ttl_ms, txn=token)  # meters from here
-    if token is None or not all(txn_applied(t.snapshot.manifest.txns, token) for t in tables):
-        try:
-            for table, (uri, df) in zip(tables, frames.items(), strict=True):
-                _stage(tx[table], table, uri, df, upserts.get(uri), storage_options,
-                       broadcast_keys_limit)
-        except BaseException:
-            tx.abort()  # removes the files staged so far
-            raise
+    try:
+        for table, (uri, df) in zip(tables, frames.items(), strict=True):
+            _stage(tx[table], table, uri, df, upserts.get(uri), storage_options,
+                   broadcast_keys_limit)
+    except BaseException:
+        tx.abort()  # removes the files staged so far
+        raise
     results = tx.commit()  # by each table's store URI
     return {uri: results[t.uri.rstrip("/")] for uri, t in zip(frames, tables, strict=True)}
 

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 import caslake
 import caslake.spark
 from caslake.errors import DuplicateKey, InvalidArgument, SchemaMismatch, TableNotFound
+from caslake.store import open_store
 from tests.spark.helpers import data_files
 
 pytestmark = [pytest.mark.spark,
@@ -49,6 +50,11 @@ def run_query(spark: SparkSession, src: Path, ckpt: Path, sink: Any) -> None:
         query.awaitTermination(180)
     finally:
         query.stop()
+
+
+def records(uri: str) -> set[str]:
+    """The decision records under the table (its ``_txn/``)."""
+    return {m.key for m in open_store(uri).list("_txn/")}
 
 
 def split(batch: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -112,13 +118,14 @@ def test_foreach_batch_into_two_tables_is_atomic_and_exactly_once(spark: SparkSe
         assert set(items.to_arrow(version=k)["order_id"].to_pylist()) == want
     assert sorted(caslake.snapshot(orders, items).versions.values()) == [2, 2]
 
-    # A replay outside the stream: nothing changes, no job writes a file.
-    before = (data_files(o_uri), data_files(i_uri))
+    # A replay outside the stream: nothing changes, no job writes a file, no
+    # decision record is written.
+    before = (data_files(o_uri), data_files(i_uri), records(o_uri), records(i_uri))
     batch = source.where("order_id < 3")
     res = caslake.spark.write_many(dict(zip((o_uri, i_uri), split(batch), strict=True)),
                                    txn=(APP, 0))
     assert all(r.noop for r in res.values())
-    assert (data_files(o_uri), data_files(i_uri)) == before
+    assert (data_files(o_uri), data_files(i_uri), records(o_uri), records(i_uri)) == before
     assert orders.refresh().version == items.refresh().version == 2
 
 
