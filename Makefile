@@ -63,10 +63,12 @@ bench: $(BENCH_STAMP) ## benchmarks against peers (installs the bench extra), sa
 
 STRESS_ARGS ?= --backend both --seconds 60 --writers 1,4,16 --workloads history,bank,bank-fenced
 WIRE_STRESS_ARGS ?= --writers 6 --seconds 300
+MULTIBANK_ARGS ?= --backend both --procs 8 --seconds 60 --kills 12
 FUZZ_FLIPS ?= 5000
 
-stress: $(STAMP) ## multi-process stress + history/conservation checks, local and moto S3; wire faults; bit flips (long)
+stress: $(STAMP) ## multi-process stress + history/conservation checks, local and moto S3; wire faults; the bank across tables; bit flips (long)
 	$(PY) -m caslake.testing.stress $(STRESS_ARGS)
+	$(PY) -m caslake.testing.multibank $(MULTIBANK_ARGS)
 	$(PY) -m caslake.testing.wire_stress $(WIRE_STRESS_ARGS)
 	CASLAKE_FUZZ_FLIPS=$(FUZZ_FLIPS) $(PY) -m pytest -q -s -p no:cacheprovider \
 		tests/reliability/test_fuzz_inputs.py -k bit_flips_never

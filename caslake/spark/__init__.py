@@ -16,6 +16,8 @@
     caslake.spark.read_dataset(spark, root, "silver/orders")
     caslake.spark.save(df, uri, mode="errorifexists")     # every Spark save mode
     caslake.spark.register_table(spark, "orders", uri)    # spark.sql("... FROM orders")
+    caslake.spark.write_many({orders_uri: o_df, items_uri: i_df}, keys={orders_uri: "id"},
+                             txn=(app_id, batch_id))      # several tables, one transaction
 
 Nested columns (arrays, structs, maps, any depth) and the newer primitive
 types read and write as Spark types (the mapping, and what has no Spark type:
@@ -36,6 +38,7 @@ from pyspark.sql import SparkSession
 from caslake.errors import OptionalDependencyMissing
 from caslake.spark.dataset import read_dataset, write_dataset
 from caslake.spark.dml import delete, merge, update, upsert
+from caslake.spark.multi import write_many
 from caslake.spark.native import read_native
 from caslake.spark.read_plan import CaslakePartition
 from caslake.spark.save import save
@@ -67,6 +70,7 @@ __all__ = [
     "update",
     "upsert",
     "write_dataset",
+    "write_many",
 ]
 
 

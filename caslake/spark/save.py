@@ -40,6 +40,7 @@ from pyspark.sql import DataFrame
 from caslake import errors
 from caslake.errors import CaslakeError, InvalidArgument, SchemaMismatch, TableAlreadyExists
 from caslake.format.keys import POINTER_KEY, new_token
+from caslake.format.manifest import DataFile
 from caslake.spark.arrow_jobs import map_in_arrow
 from caslake.spark.commit import abort_files, commit_files
 from caslake.spark.messages import table_schema_from_json
@@ -111,11 +112,8 @@ def _overwrite_partitions(df: DataFrame, uri: str, storage_options: StorageOptio
     txn = txn_from_options(options)
     job_id = new_token()
     started_at_ms = int(time.time() * 1000)
-    with caslake_errors():
-        entries = map_in_arrow(df, functools.partial(written_files_task, target, job_id),
-                               "file string").collect()
+    files = spark_written_files(df, target, job_id)
     schema = table_schema_from_json(target.table_schema)
-    files = [data_file(json.loads(r["file"]), schema, target.partitioning) for r in entries]
     store = target.open_store()
     params = {"engine": "spark", PARTITION_OVERWRITE_MODE: "dynamic"}
     try:
@@ -128,6 +126,18 @@ def _overwrite_partitions(df: DataFrame, uri: str, storage_options: StorageOptio
                     txn=txn)
         raise
     return True
+
+
+def spark_written_files(df: DataFrame, target: WriteTarget, job_id: str | None = None
+                        ) -> list[DataFile]:
+    """Spark tasks write ``df``'s rows as data files of ``target`` (split by its
+    partition spec); the files, for the driver to commit (or remove)."""
+    job = job_id or new_token()
+    with caslake_errors():
+        entries = map_in_arrow(df, functools.partial(written_files_task, target, job),
+                               "file string").collect()
+    schema = table_schema_from_json(target.table_schema)
+    return [data_file(json.loads(r["file"]), schema, target.partitioning) for r in entries]
 
 
 @contextlib.contextmanager

@@ -786,14 +786,16 @@ def metrics(result: RunResult, records: list[Record], window: float) -> None:
 
 
 @dataclass
-class _Proc:
+class Proc:
+    """A worker process, the file it touches when ready and its stderr."""
+
     name: str
     popen: subprocess.Popen[bytes]
     ready: Path
     err: Path
 
 
-def _spawn(workdir: Path, name: str, spec: dict[str, Any]) -> _Proc:
+def _spawn(workdir: Path, name: str, spec: dict[str, Any]) -> Proc:
     spec = {**spec, "name": name, "history": str(workdir / f"{name}.jsonl"),
             "ready": str(workdir / f"{name}.ready"), "go": str(workdir / "go.json")}
     spec_path = workdir / f"{name}.spec.json"
@@ -802,32 +804,42 @@ def _spawn(workdir: Path, name: str, spec: dict[str, Any]) -> _Proc:
     with open(err, "wb") as err_fh:
         popen = subprocess.Popen([sys.executable, "-m", "caslake.testing.stress", "--worker",
                                   str(spec_path)], stdout=subprocess.DEVNULL, stderr=err_fh)
-    return _Proc(name, popen, Path(spec["ready"]), err)
+    return Proc(name, popen, Path(spec["ready"]), err)
+
+
+def release(workdir: Path, procs: Sequence[Proc], seconds: float, failures: list[str],
+            startup_timeout: float = 300.0) -> float:
+    """Wait until every worker of ``procs`` is ready, then release them together
+    (``go.json``: start and stop times); the stop time, or 0.0 (with the reason in
+    ``failures``) if one died or they did not start in time."""
+    deadline = time.time() + startup_timeout
+    while not all(p.ready.exists() for p in procs):
+        dead = [p for p in procs if p.popen.poll() is not None and not p.ready.exists()]
+        if dead or time.time() > deadline:
+            failures.extend(f"workers: {p.name} exited with {p.popen.returncode} before "
+                            f"starting: {_tail(p.err)}" for p in dead)
+            if not dead:
+                failures.append("workers: not all workers started in time")
+            return 0.0
+        time.sleep(0.02)
+    start = time.time() + 0.2
+    stop = start + seconds
+    tmp = workdir / "go.json.tmp"
+    tmp.write_text(json.dumps({"start": start, "stop": stop}))
+    tmp.replace(workdir / "go.json")
+    return stop
 
 
 def _run_processes(workdir: Path, specs: list[tuple[str, dict[str, Any]]], seconds: float,
                    failures: list[str], startup_timeout: float = 300.0) -> float:
     """Start every worker, release them together, wait; return the measured window."""
-    procs: list[_Proc] = []
+    procs: list[Proc] = []
     try:
         for name, spec in specs:
             procs.append(_spawn(workdir, name, spec))
-        deadline = time.time() + startup_timeout
-        while not all(p.ready.exists() for p in procs):
-            dead = [p for p in procs if p.popen.poll() is not None and not p.ready.exists()]
-            if dead or time.time() > deadline:
-                for p in dead:
-                    failures.append(f"workers: {p.name} exited with {p.popen.returncode} "
-                                    f"before starting: {_tail(p.err)}")
-                if not dead:
-                    failures.append("workers: not all workers started in time")
-                return 0.0
-            time.sleep(0.02)
-        start = time.time() + 0.2
-        stop = start + seconds
-        tmp = workdir / "go.json.tmp"
-        tmp.write_text(json.dumps({"start": start, "stop": stop}))
-        tmp.replace(workdir / "go.json")
+        stop = release(workdir, procs, seconds, failures, startup_timeout)
+        if not stop:
+            return 0.0
         for p in procs:
             remaining = max(1.0, stop + 120.0 + seconds - time.time())
             try:
