@@ -40,8 +40,10 @@ from caslake.core import (
     consistent_heads,
     create_txn_record,
     decide,
+    noop_result,
     same_store,
     stage,
+    txn_applied,
     write_requirements,
 )
 from caslake.errors import (
@@ -172,10 +174,12 @@ class MultiTransaction(CommitOnExit):
             raise InvalidArgument(f"ttl_ms must be a positive integer, not {ttl_ms!r}")
         self._ttl_ms = ttl_ms
         self._parts = {_uri(ctx): Part(ctx, txn=txn) for ctx in _contexts(tables)}
+        self._txn = txn
         self._done = False
         self.txn_id: str | None = None
         self.results: dict[str, CommitResult] = {}
         self._staged: tuple[TxnRecord, str, dict[str, CommitResult]] | None = None
+        self._replayed: dict[str, CommitResult] | None = None
 
     def __getitem__(self, table: Any) -> Part:
         ctx = getattr(table, "context", None)
@@ -200,6 +204,8 @@ class MultiTransaction(CommitOnExit):
             raise InvalidArgument("the transaction has already been committed or aborted")
         self._done = True
         parts = sorted(self._parts.items())
+        if self._replay(parts):
+            return
         coordinator = parts[0][1]._ctx
         self.txn_id = txn_id = new_token()
         now = coordinator.now_ms()
@@ -227,10 +233,30 @@ class MultiTransaction(CommitOnExit):
         self._staged = (record, etag, {uri: r for (uri, _), r in zip(parts, results,
                                                                      strict=True)})
 
+    def _replay(self, parts: Sequence[tuple[str, Part]]) -> bool:
+        """Whether every table already records this transaction's ``txn`` token (a
+        replayed micro-batch): then there is nothing to decide -- no record is
+        written, the parts' uploads are removed, and each result is a no-op.  A
+        token some tables lack goes the normal way (each part's commit checks
+        it again on its base)."""
+        if self._txn is None:
+            return False
+        heads = {uri: part._ctx.refresh() for uri, part in parts}
+        if not all(txn_applied(h.manifest.txns, self._txn) for h in heads.values()):
+            return False
+        self._abort_parts(parts)
+        self._replayed = {
+            uri: noop_result(part._ctx, part._operation() if part._ops else "transaction",
+                             heads[uri], started=part._started) for uri, part in parts}
+        return True
+
     def decide(self) -> dict[str, CommitResult]:
         """Step 4, the commit point: swap the record to committed (settled by reading
         it back).  TransactionAborted if a writer aborted it first (after its
         deadline); CommitOutcomeUnknown if the swap stays unclear."""
+        if self._replayed is not None:
+            self.results, self._replayed = self._replayed, None
+            return self.results
         if self._staged is None:
             raise InvalidArgument("the transaction has not been staged")
         record, etag, results = self._staged

@@ -237,12 +237,19 @@ def test_after_commit_hooks_run_once_the_transaction_commits(tmp_path: Path) -> 
 def test_a_replayed_txn_token_changes_nothing_exactly_once_into_two_tables(
         tmp_path: Path) -> None:
     orders, items = two_tables(tmp_path)
+    seen = []
     for _ in range(2):  # the same micro-batch delivered twice
         with caslake.transaction(orders, items, txn=("stream-1", 7)) as tx:
             tx[orders].append(pa.table({"id": [4], "customer": ["d"], "total": [4.0]},
                                        schema=ORDERS))
             tx[items].append(pa.table({"order_id": [4], "sku": ["d"], "qty": [1]},
                                       schema=ITEMS))
+        coordinator = min((orders, items), key=lambda t: t.uri)  # the records' home
+        seen.append(({m.key for m in coordinator.store.list("_txn/")},
+                     data_keys(orders) | data_keys(items), (orders.version, items.version)))
+    # the replay wrote no decision record (it decides nothing), kept none of its
+    # uploads and made no version
+    assert len(seen[0][0]) == 1 and seen[1] == seen[0], seen
     assert rows(caslake.open_table(orders.uri).to_arrow(), "id") == [
         (1, "ann", 10.0), (2, "bob", 20.0), (3, "cy", 30.0), (4, "d", 4.0)]
     assert caslake.open_table(items.uri).to_arrow().num_rows == 5
