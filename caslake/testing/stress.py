@@ -344,6 +344,7 @@ def worker_main(spec_path: str) -> int:
         table.commit_policy = STRESS_POLICY
     rng = random.Random(spec["seed"])
     log = HistoryLog(spec["history"], spec["name"])
+    table.scan().to_arrow()  # warm (lazy imports, connections): the window measures work
     Path(spec["ready"]).touch()
     _, stop = _wait_for_go(Path(spec["go"]))
     role = spec["role"]
