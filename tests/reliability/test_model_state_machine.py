@@ -89,6 +89,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, Phase, event, given, note, settings
@@ -420,16 +421,28 @@ class Race:
     delete: Pred | None = None  # ... or deletes by this predicate
 
 
-# A clustering compaction's columns: the top-level orderable ones; with a struct leaf
-# (refused: clustering takes top-level columns) one draw in three.
+# A clustering compaction's columns: the top-level orderable ones, with a struct leaf
+# one draw in three; one draw in four adds a column clustering refuses (a struct, a
+# list element, a map: no order, or many values per row).
 CLUSTER_COLUMNS = ("id", "s", "f")
 CLUSTER_LEAVES = (None, None, None, None, "dev.os", "dev.hw.ram")
+CLUSTER_REFUSED = (None, None, None, None, None, None, "dev", "tags.element", "attrs.key")
 CLUSTER_HOW = ("sort", "zorder", "property")
 
 
 def _order_key(v: Any) -> tuple[int, Any]:
     """A value's place in a clustering order: NULL below every value."""
     return (0, 0) if v is None else (1, v)
+
+
+def _leaf(data: pa.Table, name: str) -> Any:
+    """Column ``name`` of ``data``, a dotted struct path read step by step with
+    pyarrow (NULL under a NULL struct)."""
+    top, *steps = name.split(".")
+    col: Any = data[top]
+    for step in steps:
+        col = pc.struct_field(col, step)
+    return col
 
 
 def check_clustered(t: Table, kind: str, names: list[str]) -> int:
@@ -446,9 +459,10 @@ def check_clustered(t: Table, kind: str, names: list[str]) -> int:
     for f in mio.live_files(head):
         if f.path in before:
             continue
-        data = pq.read_table(io.BytesIO(t.store.get(f.path).data), columns=names)
-        keys = list(zip(*([_order_key(v) for v in data[n].to_pylist()] for n in names),
-                        strict=True))
+        data = pq.read_table(io.BytesIO(t.store.get(f.path).data),
+                             columns=sorted({n.split(".")[0] for n in names}))
+        keys = list(zip(*([_order_key(v) for v in _leaf(data, n).to_pylist()]
+                          for n in names), strict=True))
         assert keys, f"clustering wrote an empty file {f.path}"
         parts.setdefault(f.partition, []).append(keys)
     for files in parts.values():
@@ -887,7 +901,8 @@ class TableMachine(RuleBasedStateMachine):
             order = order_at(len(self.model) - 2)  # the version it committed on
             if order is not None:
                 kind = order.clustering.kind
-                files = check_clustered(self.observer, kind, order.names)
+                files = check_clustered(self.observer, kind,
+                                        [c.name for c in order.columns])
                 self.stats.clustered[kind] += 1
                 event(f"{name}: {order.clustering.to_property()}, {files} files checked")
 
@@ -898,15 +913,18 @@ class TableMachine(RuleBasedStateMachine):
         own) and then a plain ``compact()``: the same rows (it reorders them), time
         travel unchanged, and the files it wrote in key order (:func:`check_clustered`).
         The property stays set, so later compactions (the compact rule's) cluster too.
-        A struct leaf among the columns (``dev.os``: clustering takes top-level
-        columns, docs/format.md) is refused, typed and naming it, and changes nothing."""
+        Struct leaves (``dev.hw.ram``) cluster like columns (docs/format.md); a struct,
+        a list element or a map among the columns is refused, typed and naming it, and
+        changes nothing."""
         how = data.draw(st.sampled_from(CLUSTER_HOW), label="how")
         cols = data.draw(st.lists(st.sampled_from(CLUSTER_COLUMNS), min_size=1, max_size=3,
                                   unique=True), label="columns")
+        leaf = data.draw(st.sampled_from(CLUSTER_LEAVES), label="struct leaf")
+        cols += [leaf] if leaf is not None else []
         if how != "property":
-            leaf = data.draw(st.sampled_from(CLUSTER_LEAVES), label="struct leaf")
-            if leaf is not None:
-                self._cluster_refused(how, [*cols, leaf], leaf)
+            bad = data.draw(st.sampled_from(CLUSTER_REFUSED), label="refused column")
+            if bad is not None:
+                self._cluster_refused(how, [*cols, bad], bad)
                 return
         # a few files a clustering, so the check compares files
         target = 4 * self.write_options.target_file_size
@@ -926,7 +944,7 @@ class TableMachine(RuleBasedStateMachine):
             self._fresh().compact(**{f"{how}_by": cols})  # type: ignore[arg-type]
         assert self.observer.refresh().version == head, "a refused clustering committed"
         self.stats.runs["cluster refused"] += 1
-        event(f"cluster: {how}_by a struct leaf -> refused")
+        event(f"cluster: {how}_by {leaf} -> refused")
 
     # Not with exports: there purge(expire=True) is refused (ErasureHeld) while an export
     # names a file holding a matching row, which this rule does not model yet
@@ -1354,16 +1372,20 @@ def coverage_script(spec: list[str] | None, *, exports: bool) -> list[Step]:
         step("append", batch=b1),
         step("inject_commit_fault", spec=(POINTER_KEY, "after")),  # settled
         step("cluster", data=Draws({"how": "zorder", "columns": ["id", "f"],
-                                    "struct leaf": None})),
-        step("cluster", data=Draws({"how": "sort", "columns": ["s"], "struct leaf": "dev.os"})),
+                                    "struct leaf": None, "refused column": None})),
+        step("cluster", data=Draws({"how": "sort", "columns": ["s"], "struct leaf": "dev.os",
+                                    "refused column": "tags.element"})),
+        step("cluster", data=Draws({"how": "zorder", "columns": ["id"],
+                                    "struct leaf": "dev.hw.ram", "refused column": None})),
         step("append", batch=b2),
         step("inject_crash", call=5),  # the clustering writer dies
         step("cluster", data=Draws({"how": "sort", "columns": ["s", "id"],
-                                    "struct leaf": None})),
+                                    "struct leaf": None, "refused column": None})),
         step("cluster", data=Draws({"how": "sort", "columns": ["s", "id"],
-                                    "struct leaf": None})),
+                                    "struct leaf": "dev.os", "refused column": None})),
         step("append", batch=b3),
-        step("cluster", data=Draws(how="property", columns=["f", "s", "id"], kind="zorder")),
+        step("cluster", data=Draws({"how": "property", "columns": ["f", "s", "id"],
+                                    "struct leaf": "dev.hw.ram", "kind": "zorder"})),
         step("append", batch=b5),
         step("compact"),  # clusters, by the property
         step("restore", data=Draws({"restore version": 3})),
