@@ -43,6 +43,7 @@ from typing import TypeVar
 
 from caslake.core.changes import Changes, Requirement, apply_changes
 from caslake.core.group import (
+    GroupTrace,
     GroupWrite,
     Intent,
     IntentReader,
@@ -219,27 +220,46 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
     unsettled: set[int] = set()  # versions aimed at by attempts with an unknown outcome
     joined: _Joined | None = None
     attempt = 0
+    trace = GroupTrace(io.store)
+    began = (time.perf_counter(), io.store.counters.snapshot()) if trace.path else None
+    outcome = "error"
     try:
         if (group is not None and policy.group_commit
                 and recently_contended(io.store.uri, key, policy.group_sticky_s)):
             # Contended lately: the classic swap would mostly lose (and spend the
             # key's swap rate); publish the intent at once.
-            joined = _join_group(io, key, group, requirements, commit_id, policy, now_ms)
+            joined = _join_group(io, key, group, requirements, commit_id, policy, now_ms,
+                                 trace)
         while joined is not None or attempt < policy.max_attempts:
             if joined is not None and joined.closing(now_ms()):
+                outcome = "deadline"
                 return _leave_group(io, key, joined, commit_id, policy, now_ms, attempt)
             if joined is not None and joined.watching():
                 # Wait for another writer's fold before folding ourselves.
                 mine = _watch(io, key, joined, commit_id)
                 if mine is not None:
+                    outcome = "folded-by-other"
                     return CommitOutcome(mine, commit_id, max(attempt, 1))
                 continue
             attempt += 1
+            if joined is not None:
+                trace.begin()
+            else:
+                trace.restart()
             try:
                 done = _attempt(io, key, joined.prepare if joined else prepare,
                                 joined.requirements if joined else requirements, policy,
                                 now_ms, on_attempt, commit_id, attempt, unsettled,
                                 since=joined.since if joined else None)
+                if joined is not None:
+                    trace.mark("write")
+                    trace.emit("fold", won=done is not None, batch=joined.reader.batch,
+                               listed=joined.reader.listed, pending=joined.reader.pending_seen)
+                    joined.reader.batch = 0
+                else:
+                    trace.mark("plain")
+                if done is not None:
+                    outcome = "group" if joined is not None else "plain"
             except CommitOutcomeUnknown:
                 if joined is None:
                     raise
@@ -268,7 +288,8 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
                     return CommitOutcome(done.snapshot, commit_id, attempt, noop=True)
                 return done
             if joined is None and group is not None and policy.group_commit:
-                joined = _join_group(io, key, group, requirements, commit_id, policy, now_ms)
+                joined = _join_group(io, key, group, requirements, commit_id, policy, now_ms,
+                                     trace)
                 continue  # watch, then fold: the version we lost to may not hold us
             if joined is not None:
                 _group_pause(policy, joined)
@@ -277,6 +298,13 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
     finally:
         if joined is not None:
             remove_intent(io, joined.intent)
+        if began is not None:
+            trace.mark("cleanup")
+            now = io.store.counters.snapshot()
+            trace.emit("commit", ms=(time.perf_counter() - began[0]) * 1000, outcome=outcome,
+                       attempts=attempt, requests={k: n - began[1].get(k, 0)
+                                                   for k, n in now.items()
+                                                   if not k.startswith("bytes")})
     if unsettled:
         mine = _settle_open(io, key, commit_id, unsettled, policy, None)
         if mine is not None:
@@ -313,14 +341,18 @@ def _watch(io: MetadataIO, key: str, joined: _Joined, commit_id: str) -> Snapsho
     """One watch round: our snapshot if a version holds our commit, else None after a
     pause that backs off from ``poll_s`` to 8 times it (never past the fold time).
     A store error is only a round without news: the deadline still settles us."""
+    trace = joined.reader.trace
+    trace.restart()
     with contextlib.suppress(StoreError):
         pointer, _ = io.read_pointer(key)
         mine = _applied_since(io, pointer, commit_id, joined.since)
+        trace.mark("watch")
         if mine is not None:
             return mine
     wait = joined.poll_s * 2 ** min(joined.polls, 3)
     joined.polls += 1
     time.sleep(max(0.0, min(random.uniform(wait / 2, wait), joined.fold_at - time.monotonic())))
+    trace.mark("wait")
     return None
 
 
@@ -336,15 +368,16 @@ class _OwnWrite:
 
 def _join_group(io: MetadataIO, key: str, group: GroupWrite,
                 requirements: Sequence[Requirement], commit_id: str, policy: CommitPolicy,
-                now_ms: Callable[[], int]) -> _Joined:
+                now_ms: Callable[[], int], trace: GroupTrace) -> _Joined:
     """Publish our intent and switch to folding.  An intent whose PUT failed may
     still have landed, so the commit stays on the group path either way (its own
     folds carry it; others may too)."""
     pointer, _ = io.read_pointer(key)
-    reader = IntentReader(io, key, policy.intent_margin_ms)
+    reader = IntentReader(io, key, policy.intent_margin_ms, trace)
     intent = new_intent(key, group, commit_id=commit_id, table_id=pointer.table_id,
                         now_ms=now_ms(), ttl_ms=policy.intent_ttl_ms)
     publish(io, intent)
+    trace.mark("join")
     note_contended(io.store.uri, key)
     # Writers whose intents waited longest fold first; a fold applies the others'.
     fold_at = time.monotonic() + policy.group_fold_after_s * random.uniform(1.0, 1.5)
@@ -362,7 +395,9 @@ def _group_pause(policy: CommitPolicy, joined: _Joined) -> None:
     """A short jittered wait between folds, longer when more intents are pending
     (so few writers fold at once and the store's LIST/GET load stays bounded)."""
     cap = min(policy.max_backoff_s, policy.group_poll_s * (1 + joined.reader.pending_seen / 4))
+    joined.reader.trace.restart()
     time.sleep(random.uniform(policy.group_poll_s / 4, cap))
+    joined.reader.trace.mark("wait")
 
 
 def _leave_group(io: MetadataIO, key: str, joined: _Joined, commit_id: str,
