@@ -37,12 +37,14 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
 from caslake.core.changes import Changes, Requirement, apply_changes
 from caslake.core.group import (
+    FOLDERS,
+    STALL_S,
     GroupTrace,
     GroupWrite,
     Intent,
@@ -71,6 +73,8 @@ from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile, Pointer, SegmentRef
 
 T = TypeVar("T")
+#: A watcher's poll interval doubles from ``group_poll_s`` up to 2**this times it.
+WATCH_BACKOFF = 3
 
 
 @dataclass(frozen=True)
@@ -236,7 +240,7 @@ def commit_with_retry(io: MetadataIO, prepare: Callable[[Snapshot], Changes | No
                 return _leave_group(io, key, joined, commit_id, policy, now_ms, attempt)
             if joined is not None and joined.watching():
                 # Wait for another writer's fold before folding ourselves.
-                mine = _watch(io, key, joined, commit_id)
+                mine = _watch(io, key, joined, commit_id, now_ms)
                 if mine is not None:
                     outcome = "folded-by-other"
                     return CommitOutcome(mine, commit_id, max(attempt, 1))
@@ -325,22 +329,45 @@ class _Joined:
     since: int
 
     margin_ms: int
-    fold_at: float  # monotonic time from which this writer folds itself
+    fold_at: float  # monotonic time from which this writer may fold itself
     poll_s: float
     polls: int = 0
+    folding: bool = False
+    seen: int = -1  # the pointer version the last watch round saw
+    moved_at: float = field(default_factory=time.monotonic)  # when it last moved
+    ranked: int = -1  # the pointer version of the last rank check
 
     def closing(self, now: int) -> bool:
         return now >= self.intent.deadline_ms - self.margin_ms
 
     def watching(self) -> bool:
         """Still only waiting for another writer's fold to apply our intent."""
-        return time.monotonic() < self.fold_at
+        return not self.folding
+
+    def may_fold(self, version: int, now_ms: int) -> bool:
+        """After a watch round saw the pointer at ``version``: fold from now on?
+        Once the fold time has passed, if our intent is among the ``FOLDERS``
+        oldest live ones (a LIST, once per pointer move), or the pointer has
+        stalled for ``STALL_S`` (the writers ahead may be dead)."""
+        now = time.monotonic()
+        if version != self.seen:
+            self.seen, self.moved_at = version, now
+        if now < self.fold_at:
+            return False
+        if now - self.moved_at >= STALL_S:
+            return True
+        if self.ranked == version:
+            return False  # ranked since the last move: wait for the next
+        self.ranked = version
+        return self.reader.rank(self.intent.key, now_ms) < FOLDERS
 
 
-def _watch(io: MetadataIO, key: str, joined: _Joined, commit_id: str) -> Snapshot | None:
-    """One watch round: our snapshot if a version holds our commit, else None after a
-    pause that backs off from ``poll_s`` to 8 times it (never past the fold time).
-    A store error is only a round without news: the deadline still settles us."""
+def _watch(io: MetadataIO, key: str, joined: _Joined, commit_id: str,
+           now_ms: Callable[[], int]) -> Snapshot | None:
+    """One watch round: our snapshot if a version holds our commit; else None, at once
+    if this writer should now fold (:meth:`_Joined.may_fold`), or after a pause that
+    backs off from ``poll_s`` to 8 times it (never past the fold time).  A store
+    error is only a round without news: the deadline still settles us."""
     trace = joined.reader.trace
     trace.restart()
     with contextlib.suppress(StoreError):
@@ -349,9 +376,15 @@ def _watch(io: MetadataIO, key: str, joined: _Joined, commit_id: str) -> Snapsho
         trace.mark("watch")
         if mine is not None:
             return mine
-    wait = joined.poll_s * 2 ** min(joined.polls, 3)
+        if joined.may_fold(pointer.version, now_ms()):
+            joined.folding = True
+            return None
+    wait = joined.poll_s * 2 ** min(joined.polls, WATCH_BACKOFF)
     joined.polls += 1
-    time.sleep(max(0.0, min(random.uniform(wait / 2, wait), joined.fold_at - time.monotonic())))
+    pause = random.uniform(wait / 2, wait)
+    if time.monotonic() < joined.fold_at:
+        pause = min(pause, joined.fold_at - time.monotonic())
+    time.sleep(max(0.0, pause))
     trace.mark("wait")
     return None
 

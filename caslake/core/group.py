@@ -37,6 +37,7 @@ from caslake.core.cache import LruCache
 from caslake.core.changes import Changes, check_txn
 from caslake.core.metadata_io import MetadataIO, Snapshot
 from caslake.core.pointer import put_new
+from caslake.core.pools import fetch_all
 from caslake.core.requirements import SchemaUnchanged, TxnNotApplied, UploadsNotCollected
 from caslake.errors import CaslakeError, CommitConflict, CorruptMetadata, StoreError
 from caslake.format.keys import new_token
@@ -59,6 +60,12 @@ MARGIN_MS = 2_000
 #: The bound on clock skew between writers (ms): a folder looks this far back
 #: before an intent's creation for a version that already applied it.
 SKEW_MS = 5_000
+#: How many writers fold at once: those whose intents are the oldest live ones (the
+#: rest watch the pointer, so the intents are read by few, not by every writer).
+FOLDERS = 2
+#: A watcher folds anyway once the pointer has not moved for this long (s): the
+#: writers ahead of it may have died.
+STALL_S = 2.0
 
 
 #: A directory: every process appends one JSON line per fold, watch and commit of the
@@ -319,20 +326,29 @@ class IntentReader:
         """The intents a fold on ``base`` may apply, by deadline: live keys only
         (deadline rule), readable, this table's and ref's; unreadable or foreign ones
         are skipped with an :class:`IntentSkipped` warning."""
-        out: list[Intent] = []
         listed = list(self._io.store.list(INTENT_PREFIX))
         self.trace.mark("list")
-        for meta in listed:
-            deadline = deadline_of(meta.key)
-            if deadline is None or deadline - self._margin_ms <= now_ms or (
-                    deadline <= base.manifest.created_at_ms):
-                continue
-            intent = self._load(meta.key, base)
-            if intent is not None and foldable(intent, base, now_ms, self._margin_ms):
-                out.append(intent)
+        live = [m.key for m in listed if self._live(m.key, now_ms)
+                and (deadline_of(m.key) or 0) > base.manifest.created_at_ms]
+        # the ones not parsed yet, read at once on the metadata pool (not one by one)
+        fetch_all(lambda key: self._load(key, base),
+                  [k for k in live if self._parsed.get(k) is None])
+        out = [i for i in (self._load(k, base) for k in live)
+               if i is not None and foldable(i, base, now_ms, self._margin_ms)]
         self.trace.mark("read")
         self.listed, self.pending_seen = len(listed), len(out)
         return sorted(out, key=lambda i: (i.deadline_ms, i.key))
+
+    def _live(self, key: str, now_ms: int) -> bool:
+        deadline = deadline_of(key)
+        return deadline is not None and deadline - self._margin_ms > now_ms
+
+    def rank(self, key: str, now_ms: int) -> int:
+        """How many live intent keys sort before ``key`` (one LIST): intents
+        published earlier, by deadline; their writers fold first."""
+        keys = [m.key for m in self._io.store.list(INTENT_PREFIX)]
+        self.trace.mark("rank")
+        return sum(1 for k in keys if k < key and self._live(k, now_ms))
 
     def _load(self, key: str, base: Snapshot) -> Intent | None:
         table_id = base.manifest.table_id
