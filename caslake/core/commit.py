@@ -73,8 +73,10 @@ from caslake.format.keys import new_token
 from caslake.format.manifest import DataFile, Pointer, SegmentRef
 
 T = TypeVar("T")
-#: A watcher's poll interval doubles from ``group_poll_s`` up to 2**this times it.
+#: A watcher's poll interval doubles from ``group_poll_s`` up to 2**this times it,
+#: or to WATCH_SHARE_S times the number of live intents, if that is longer.
 WATCH_BACKOFF = 3
+WATCH_SHARE_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -366,7 +368,8 @@ def _watch(io: MetadataIO, key: str, joined: _Joined, commit_id: str,
            now_ms: Callable[[], int]) -> Snapshot | None:
     """One watch round: our snapshot if a version holds our commit; else None, at once
     if this writer should now fold (:meth:`_Joined.may_fold`), or after a pause that
-    backs off from ``poll_s`` to 8 times it (never past the fold time).  A store
+    backs off from ``poll_s`` to 8 times it, or to ``WATCH_SHARE_S`` per live intent
+    if longer (never past the fold time).  A store
     error is only a round without news: the deadline still settles us."""
     trace = joined.reader.trace
     trace.restart()
@@ -379,7 +382,10 @@ def _watch(io: MetadataIO, key: str, joined: _Joined, commit_id: str,
         if joined.may_fold(pointer.version, now_ms()):
             joined.folding = True
             return None
-    wait = joined.poll_s * 2 ** min(joined.polls, WATCH_BACKOFF)
+    # The cap grows with the live intents the last rank LIST showed: however many
+    # writers watch, together they poll the pointer about 1 / WATCH_SHARE_S times a s.
+    cap = max(joined.poll_s * 2 ** WATCH_BACKOFF, joined.reader.listed * WATCH_SHARE_S)
+    wait = min(cap, joined.poll_s * 2 ** min(joined.polls, 16))
     joined.polls += 1
     pause = random.uniform(wait / 2, wait)
     if time.monotonic() < joined.fold_at:
