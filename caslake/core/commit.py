@@ -335,9 +335,9 @@ class _Joined:
     poll_s: float
     polls: int = 0
     folding: bool = False
-    seen: int = -1  # the pointer version the last watch round saw
-    moved_at: float = field(default_factory=time.monotonic)  # when it last moved
-    ranked: int = -1  # the pointer version of the last rank check
+    seen: int = -1  # the last version seen that applied intents (group progress)
+    moved_at: float = field(default_factory=time.monotonic)  # when that was seen
+    ranked: tuple[int, int] = (-1, 0)  # (seen, allowed folders) of the last rank check
 
     def closing(self, now: int) -> bool:
         return now >= self.intent.deadline_ms - self.margin_ms
@@ -346,22 +346,22 @@ class _Joined:
         """Still only waiting for another writer's fold to apply our intent."""
         return not self.folding
 
-    def may_fold(self, version: int, now_ms: int) -> bool:
-        """After a watch round saw the pointer at ``version``: fold from now on?
-        Once the fold time has passed, if our intent is among the ``FOLDERS``
-        oldest live ones (a LIST, once per pointer move), or the pointer has
-        stalled for ``STALL_S`` (the writers ahead may be dead)."""
+    def may_fold(self, head: Snapshot, now_ms: int) -> bool:
+        """After a watch round saw ``head``: fold from now on?  Once the fold time
+        has passed, if our intent is among the oldest live ones (a LIST, once per
+        version that applied intents): the ``FOLDERS`` oldest, twice as many for
+        every ``STALL_S`` without such a version (the writers ahead may have died,
+        or keep losing the pointer to commits that fold nothing)."""
         now = time.monotonic()
-        if version != self.seen:
-            self.seen, self.moved_at = version, now
+        if head.manifest.intents and head.version != self.seen:
+            self.seen, self.moved_at = head.version, now
         if now < self.fold_at:
             return False
-        if now - self.moved_at >= STALL_S:
-            return True
-        if self.ranked == version:
-            return False  # ranked since the last move: wait for the next
-        self.ranked = version
-        return self.reader.rank(self.intent.key, now_ms) < FOLDERS
+        allowed = FOLDERS << min(int((now - self.moved_at) / STALL_S), 8)
+        if self.ranked == (self.seen, allowed):
+            return False  # ranked since the last progress: wait for the next
+        self.ranked = (self.seen, allowed)
+        return self.reader.rank(self.intent.key, now_ms) < allowed
 
 
 def _watch(io: MetadataIO, key: str, joined: _Joined, commit_id: str,
@@ -379,7 +379,7 @@ def _watch(io: MetadataIO, key: str, joined: _Joined, commit_id: str,
         trace.mark("watch")
         if mine is not None:
             return mine
-        if joined.may_fold(pointer.version, now_ms()):
+        if joined.may_fold(io.snapshot_for_pointer(pointer), now_ms()):
             joined.folding = True
             return None
     # The cap grows with the live intents the last rank LIST showed: however many

@@ -63,8 +63,8 @@ SKEW_MS = 5_000
 #: How many writers fold at once: those whose intents are the oldest live ones (the
 #: rest watch the pointer, so the intents are read by few, not by every writer).
 FOLDERS = 2
-#: A watcher folds anyway once the pointer has not moved for this long (s): the
-#: writers ahead of it may have died.
+#: Twice as many writers fold for every this long (s) without a version that
+#: applied intents: the writers ahead may have died, or keep losing the pointer.
 STALL_S = 2.0
 
 
