@@ -349,15 +349,16 @@ class _Joined:
     def may_fold(self, head: Snapshot, now_ms: int) -> bool:
         """After a watch round saw ``head``: fold from now on?  Once the fold time
         has passed, if our intent is among the oldest live ones (a LIST, once per
-        version that applied intents): the ``FOLDERS`` oldest, twice as many for
-        every ``STALL_S`` without such a version (the writers ahead may have died,
-        or keep losing the pointer to commits that fold nothing)."""
+        version that applied intents): the ``FOLDERS`` oldest, one more for every
+        ``STALL_S`` without such a version (the writers ahead may have died, or
+        keep losing the pointer).  Slowly: every added folder reads every intent,
+        and on an overloaded store a herd of folders only makes each fold slower."""
         now = time.monotonic()
         if head.manifest.intents and head.version != self.seen:
             self.seen, self.moved_at = head.version, now
         if now < self.fold_at:
             return False
-        allowed = FOLDERS << min(int((now - self.moved_at) / STALL_S), 8)
+        allowed = FOLDERS + int((now - self.moved_at) / STALL_S)
         if self.ranked == (self.seen, allowed):
             return False  # ranked since the last progress: wait for the next
         self.ranked = (self.seen, allowed)
@@ -502,6 +503,12 @@ def _attempt(io: MetadataIO, key: str, prepare: Callable[[Snapshot], Changes | N
         unsettled.intersection_update(v for v in set(unsettled) if v > pointer.version)
     # A staged head of a multi-table transaction: build on it once decided.
     base = resolve_base(io, io.snapshot_for_pointer(pointer), now_ms=now_ms)
+    if (policy.group_commit and len(base.manifest.intents) > 1
+            and now_ms() - base.manifest.created_at_ms < policy.group_sticky_s * 1000):
+        # Others are group-committing here now: this process's next appends join
+        # them at once rather than swap alone (a plain winner's swaps make folds
+        # lose).  One intent may be a lone sticky writer's own: not contention.
+        note_contended(store.uri, key)
     try:
         for requirement in requirements:
             requirement.validate(base, io)
