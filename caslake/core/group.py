@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from caslake.core.cache import LruCache
 from caslake.core.changes import Changes, check_txn
 from caslake.core.metadata_io import MetadataIO, Snapshot
 from caslake.core.pointer import put_new
+from caslake.core.pools import fetch_all
 from caslake.core.requirements import SchemaUnchanged, TxnNotApplied, UploadsNotCollected
 from caslake.errors import CaslakeError, CommitConflict, CorruptMetadata, StoreError
 from caslake.format.keys import new_token
@@ -47,6 +49,7 @@ from caslake.format.manifest import (
 )
 from caslake.format.partition import Partitioning
 from caslake.format.schema import TableSchema
+from caslake.store.base import ObjectStore
 
 INTENT_PREFIX = "_intents/"
 INTENT_FORMAT = "caslake-intent"
@@ -57,6 +60,74 @@ MARGIN_MS = 2_000
 #: The bound on clock skew between writers (ms): a folder looks this far back
 #: before an intent's creation for a version that already applied it.
 SKEW_MS = 5_000
+#: How many writers fold at once: those whose intents are the oldest live ones (the
+#: rest watch the pointer, so the intents are read by few, not by every writer).
+FOLDERS = 2
+#: Twice as many writers fold for every this long (s) without a version that
+#: applied intents: the writers ahead may have died, or keep losing the pointer.
+STALL_S = 2.0
+
+
+#: A directory: every process appends one JSON line per fold, watch and commit of the
+#: group path there (``<pid>.jsonl``): phase times and store requests by kind.  Off
+#: (unset) by default; a benchmark aid (benchmarks/commit_throughput.py ``--trace``).
+TRACE_ENV = "CASLAKE_GROUP_TRACE"
+
+
+class GroupTrace:
+    """Where one commit's time and requests go, by phase (:data:`TRACE_ENV`).
+
+    :meth:`mark` charges the time and the store requests since the last mark to a
+    phase; :meth:`emit` writes the phases so far, with ``fields``, as one line and
+    starts over.  Without the environment variable every call returns at once."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.path = os.environ.get(TRACE_ENV) or None
+        self._store = store
+        self._cpu = 0.0
+        self._phases: dict[str, dict[str, float]] = {}
+        self._carry: dict[str, dict[str, float]] = {}
+        self._at = 0.0
+        self._counts: dict[str, int] = {}
+        if self.path is not None:
+            self.restart()
+
+    def restart(self) -> None:
+        """Start the next mark's interval now (time between is charged to nothing)."""
+        if self.path is not None:
+            self._at, self._cpu = time.perf_counter(), time.process_time()
+            self._counts = self._store.counters.snapshot()
+
+    def mark(self, phase: str) -> None:
+        if self.path is None:
+            return
+        now, cpu = time.perf_counter(), time.process_time()
+        counts = self._store.counters.snapshot()
+        acc = self._phases.setdefault(phase, {})
+        acc["ms"] = acc.get("ms", 0.0) + (now - self._at) * 1000
+        # the process's CPU, all threads: a pool's reads count to the phase
+        acc["cpu_ms"] = acc.get("cpu_ms", 0.0) + (cpu - self._cpu) * 1000
+        for kind, n in counts.items():
+            if not kind.startswith("bytes") and n != self._counts.get(kind, 0):
+                acc[kind] = acc.get(kind, 0) + n - self._counts.get(kind, 0)
+        self._at, self._cpu, self._counts = now, cpu, counts
+
+    def begin(self) -> None:
+        """Start a fold: its :meth:`emit` holds only its own phases; the phases
+        before it are kept for the commit's line."""
+        if self.path is not None:
+            self._carry, self._phases = self._phases, {}
+            self.restart()
+
+    def emit(self, event: str, **fields: Any) -> None:
+        if self.path is None:
+            return
+        line = json.dumps({"event": event, "t": time.time(), **fields,
+                           "phases": self._phases}, separators=(",", ":"))
+        self._phases, self._carry = self._carry, {}
+        with contextlib.suppress(OSError), open(
+                os.path.join(self.path, f"{os.getpid()}.jsonl"), "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
 
 
 class IntentSkipped(UserWarning):
@@ -239,29 +310,45 @@ class IntentReader:
     """Pending intents of one table and ref, as a folder sees them; parsed intents
     are cached by key (an intent object is never rewritten)."""
 
-    def __init__(self, io: MetadataIO, pointer_key: str, margin_ms: int = MARGIN_MS) -> None:
+    def __init__(self, io: MetadataIO, pointer_key: str, margin_ms: int = MARGIN_MS,
+                 trace: GroupTrace | None = None) -> None:
         self._io = io
+        self.trace = trace or GroupTrace(io.store)
         self._pointer_key = pointer_key
         self._margin_ms = margin_ms
         # (intent,) or (None,) for one a folder skips: a tuple, so a miss is None
         self._parsed: LruCache[str, tuple[Intent | None]] = LruCache(4096)
         self.pending_seen = 0  # how many live intents the last listing showed
+        self.listed = 0  # how many keys it listed
+        self.batch = 0  # how many intents the last fold applied
 
     def pending(self, base: Snapshot, now_ms: int) -> list[Intent]:
         """The intents a fold on ``base`` may apply, by deadline: live keys only
         (deadline rule), readable, this table's and ref's; unreadable or foreign ones
         are skipped with an :class:`IntentSkipped` warning."""
-        out: list[Intent] = []
-        for meta in self._io.store.list(INTENT_PREFIX):
-            deadline = deadline_of(meta.key)
-            if deadline is None or deadline - self._margin_ms <= now_ms or (
-                    deadline <= base.manifest.created_at_ms):
-                continue
-            intent = self._load(meta.key, base)
-            if intent is not None and foldable(intent, base, now_ms, self._margin_ms):
-                out.append(intent)
-        self.pending_seen = len(out)
+        listed = list(self._io.store.list(INTENT_PREFIX))
+        self.trace.mark("list")
+        live = [m.key for m in listed if self._live(m.key, now_ms)
+                and (deadline_of(m.key) or 0) > base.manifest.created_at_ms]
+        # the ones not parsed yet, read at once on the metadata pool (not one by one)
+        fetch_all(lambda key: self._load(key, base),
+                  [k for k in live if self._parsed.get(k) is None])
+        out = [i for i in (self._load(k, base) for k in live)
+               if i is not None and foldable(i, base, now_ms, self._margin_ms)]
+        self.trace.mark("read")
+        self.listed, self.pending_seen = len(listed), len(out)
         return sorted(out, key=lambda i: (i.deadline_ms, i.key))
+
+    def _live(self, key: str, now_ms: int) -> bool:
+        deadline = deadline_of(key)
+        return deadline is not None and deadline - self._margin_ms > now_ms
+
+    def rank(self, key: str, now_ms: int) -> int:
+        """How many live intent keys sort before ``key`` (one LIST): intents
+        published earlier, by deadline; their writers fold first."""
+        keys = [m.key for m in self._io.store.list(INTENT_PREFIX)]
+        self.trace.mark("rank")
+        return sum(1 for k in keys if k < key and self._live(k, now_ms))
 
     def _load(self, key: str, base: Snapshot) -> Intent | None:
         table_id = base.manifest.table_id
@@ -316,8 +403,10 @@ def fold_prepare(io: MetadataIO, own: Intent, reader: IntentReader,
 
     def prepare(base: Snapshot) -> Changes | None:
         now = now_ms()
+        reader.trace.mark("base")
         others = [i for i in reader.pending(base, now) if i.commit_id != own.commit_id]
         done = applied_since(io, base, others)
+        reader.trace.mark("applied")
         batch = [own]
         tokens = {own.write.txn}
         for intent in others:
@@ -333,6 +422,8 @@ def fold_prepare(io: MetadataIO, own: Intent, reader: IntentReader,
             batch.append(intent)
             tokens.add(intent.write.txn)
         files = tuple(f for i in batch for f in i.write.files)
+        reader.trace.mark("check")
+        reader.batch = len(batch)
         return Changes(own.write.operation, add_files=files,
                        params={"group_intents": str(len(batch))},
                        txn=own.write.txn,

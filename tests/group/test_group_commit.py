@@ -263,3 +263,33 @@ def test_a_writer_contended_lately_publishes_at_once_and_a_lone_one_never(
     r = busy.append(rows)
     assert r.intents_applied == 0
     assert sorted(busy.scan().to_arrow()["id"].to_pylist()) == [1, 1]
+
+
+def test_few_writers_fold_so_each_intent_is_read_by_about_two(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the writers of the oldest live intents fold; the rest watch the pointer.
+    Counted from the group trace (caslake.core.group.TRACE_ENV): the GETs of intent
+    objects over all folds stay near two per intent published, where every waiting
+    writer folding would read each pending intent once per writer."""
+    import json
+
+    from caslake.core.group import TRACE_ENV
+
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    monkeypatch.setenv(TRACE_ENV, str(trace))
+    uri = str(tmp_path / "t")
+    caslake.create_table(uri, SCHEMA)
+    policy = CommitPolicy(group_commit=True, group_poll_s=0.005, group_fold_after_s=0.02)
+    results = _race(uri, writers=12, per_writer=5, policy=policy)
+    assert len(results) == 60
+    lines = [json.loads(x) for p in trace.glob("*.jsonl") for x in p.read_text().splitlines()]
+    grouped = [c for c in lines if c["event"] == "commit" and c["outcome"] != "plain"]
+    folds = [f for f in lines if f["event"] == "fold"]
+    reads = sum(f["phases"].get("read", {}).get("get", 0) for f in folds)
+    assert len(grouped) >= 12, len(grouped)  # the race did take the group path
+    assert reads <= 3 * len(grouped), (reads, len(grouped), len(folds))
+    # pyarrow over the live data files: every acknowledged row once
+    files = [f["uri"].removeprefix("file://") for f in caslake.open_table(uri).live_files()]
+    ids = sorted(pa.concat_tables([pq.read_table(f) for f in files])["id"].to_pylist())
+    assert ids == sorted(i for _, sent in results for i in sent)
