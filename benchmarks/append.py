@@ -32,8 +32,8 @@ import pyarrow.parquet as pq
 
 import caslake
 from benchmarks.peers import dir_bytes
+from caslake.core.write_options import ZSTD_DEFAULT_LEVEL
 from caslake.format.parquet import WRITE_PAGE_CHECKSUMS
-from caslake.ops.write import ZSTD_DEFAULT_LEVEL
 
 SCHEMA = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")),
                     ("user", pa.string()), ("amount", pa.float64()), ("payload", pa.string())])
